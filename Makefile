@@ -1,0 +1,55 @@
+# The two commands a learner needs: `make lab` and `make test` (README.md).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PORT ?= 8888
+NOTEBOOK_DIR ?= notebooks
+NB ?= $(wildcard notebooks/[0-9][0-9]_*.ipynb)
+# Set to a PyTorch wheel index (README: "CPU-only or CUDA builds") to take torch from there.
+TORCH_INDEX_URL ?=
+TORCH_PINS := $(shell grep -oE '"torch(vision)?==[^"]+"' pyproject.toml | tr -d '"')
+# This machine's pip config names local indexes that do not exist for every package; hide that noise.
+PIP_QUIET := 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+# Kernels inherit the environment: MPLBACKEND=agg would drop every stored plot.
+unexport MPLBACKEND
+# Root may run JupyterLab only with --allow-root (CI and containers run as root).
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+LAB_FLAGS := --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.port_retries=0 \
+	--ServerApp.root_dir=$(NOTEBOOK_DIR) --LabApp.news_url=None \
+	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
+	--LabApp.extension_manager=readonly $(ROOT_FLAG)
+
+.PHONY: setup lab test execute html doctor clean
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_INDEX_URL),$(PY) -m pip install -q --index-url $(TORCH_INDEX_URL) $(TORCH_PINS) $(PIP_QUIET))
+	$(PY) -m pip install -q -e '.[test]' $(PIP_QUIET)
+	@touch $@
+
+# Token authentication is on: the URL with ?token=... is printed (set JUPYTER_TOKEN to choose it).
+lab: $(STAMP)
+	exec $(VENV)/bin/jupyter lab $(LAB_FLAGS) $(LAB_ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Re-execute notebooks in place to refresh their stored outputs: make execute [NB=notebooks/00_environment.ipynb]
+execute: $(STAMP)
+	$(PY) -m nbhelpers execute $(NB)
+
+node_modules/.package-lock.json: package.json package-lock.json
+	npm ci --no-audit --no-fund --ignore-scripts
+
+# A static site under build/site that renders offline, widgets included (needs Node.js for npm).
+html: $(STAMP) node_modules/.package-lock.json
+	$(PY) -m nbhelpers html --out build/site $(NB)
+
+doctor: $(STAMP)
+	$(PY) -m nbhelpers doctor
+
+clean:
+	rm -rf build data/cache

@@ -1,0 +1,75 @@
+"""Suite-wide set-up: the offline guard, a clean plotting backend, and notebook convention checks.
+
+For every notebook that nbval collects, two more items run beside its cells: `execution-order`
+(nbval silently skips comparing never-executed cells) and `conventions` (HOUSE_STYLE.md).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests import notebook_rules
+from tests.offline_guard import offline_guard
+
+REPO = Path(__file__).resolve().parent
+GUARD_DIR = REPO / "tests" / "offline_guard"
+NET_LOG = REPO / "build" / "network-attempts.log"
+
+
+def pytest_configure(config):
+    os.environ.pop("MPLBACKEND", None)  # kernels inherit it; 'agg' drops every stored plot
+    NET_LOG.parent.mkdir(exist_ok=True)
+    NET_LOG.write_text("")
+    # Children (kernels, JupyterLab, DDP ranks) import sitecustomize from here and guard themselves.
+    os.environ[offline_guard.LOG_ENV] = str(NET_LOG)
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(GUARD_DIR), os.environ.get("PYTHONPATH")) if p)
+    offline_guard.install()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    attempts = NET_LOG.read_text() if NET_LOG.exists() else ""
+    if attempts:
+        print(f"\nFAILED: code tried to use the network during the tests (from {NET_LOG}):\n{attempts}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_collect_file(file_path: Path, parent):
+    if file_path.suffix == ".ipynb" and ".ipynb_checkpoints" not in file_path.parts:
+        return NotebookRules.from_parent(parent, path=file_path)
+    return None
+
+
+class NotebookRules(pytest.File):
+    def collect(self):
+        nb = nbformat.read(self.path, as_version=4)
+        yield RuleItem.from_parent(self, name="execution-order",
+                                   check=lambda: notebook_rules.execution_problems(nb))
+        yield RuleItem.from_parent(self, name="conventions", check=lambda: (
+            notebook_rules.opening_problems(nb, self.path) + notebook_rules.structure_problems(nb)))
+
+
+class RuleItem(pytest.Item):
+    def __init__(self, *, check, **kwargs):
+        super().__init__(**kwargs)
+        self.check = check
+
+    def runtest(self):
+        problems = self.check()
+        if problems:
+            raise NotebookRuleError(problems)
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, NotebookRuleError):
+            return f"{self.path.name}: " + "\n  ".join(excinfo.value.args[0])
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}::{self.name}"
+
+
+class NotebookRuleError(Exception):
+    pass

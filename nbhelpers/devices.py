@@ -1,0 +1,164 @@
+"""Which device to use, and what this machine can run: the one place that decides CUDA vs CPU.
+
+Example:
+    device = devices.pick_device()
+    print(devices.banner(device))
+    print(devices.render_capabilities(devices.capabilities()))
+"""
+from __future__ import annotations
+
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["Capability", "pick_device", "has_cuda", "banner", "synchronize", "capabilities",
+           "render_capabilities"]
+
+_OPENMP_PROBE = "#include <omp.h>\nint main() { return omp_get_max_threads() > 0 ? 0 : 1; }\n"
+
+
+@dataclass(frozen=True)
+class Capability:
+    """One line of the capability report: can this machine do `name`, why, and which notebooks care."""
+
+    name: str
+    available: bool
+    why: str
+    needed_for: str
+
+
+def has_cuda() -> bool:
+    """True when this torch build has CUDA *and* a usable GPU; either alone is not enough."""
+    return torch.cuda.is_available()
+
+
+def pick_device() -> torch.device:
+    """cuda:0 when a GPU is usable, else cpu. Notebooks call this once and pass `device` down."""
+    return torch.device("cuda", 0) if has_cuda() else torch.device("cpu")
+
+
+def banner(device: torch.device | str) -> str:
+    """One stable line naming the torch version, the Python version and the device in use."""
+    device = torch.device(device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    python = ".".join(platform.python_version_tuple()[:2])
+    return f"torch {torch.__version__} | Python {python} | device {device} ({where})"
+
+
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait for queued GPU work on `device`; a no-op on CPU, whose ops finish before they return.
+
+    Time GPU code only after this: CUDA kernels run asynchronously, so a timer stopped without it
+    measures the launch, not the work.
+    """
+    device = torch.device(device) if device is not None else pick_device()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def capabilities() -> tuple[Capability, ...]:
+    """What this machine can run, each answer with its reason. Takes about a second (it compiles
+    a 2-line C++ program and imports TorchDynamo)."""
+    return (_cuda(), _bf16(), _dynamo(), _cxx_compiler(), _triton(), _gloo(), _nccl())
+
+
+def render_capabilities(caps: tuple[Capability, ...]) -> str:
+    """A plain-text table of `capabilities()` for a notebook or a terminal."""
+    width = max(len(c.name) for c in caps)
+    rows = [f"{'capability':<{width}}  ok   why  [needed for]"]
+    for c in caps:
+        rows.append(f"{c.name:<{width}}  {'yes' if c.available else 'no ':<3}  {c.why}  [{c.needed_for}]")
+    return "\n".join(rows)
+
+
+def _cuda() -> Capability:
+    built = torch.version.cuda
+    if has_cuda():
+        why = f"{torch.cuda.get_device_name(0)}, {torch.cuda.device_count()} GPU(s), CUDA {built}"
+    elif built:
+        why = f"this torch is built with CUDA {built} but no GPU or driver is usable here"
+    else:
+        why = "this torch is a CPU-only build"
+    return Capability("CUDA GPU", has_cuda(), why, "every CUDA cell (skipped otherwise)")
+
+
+def _bf16() -> Capability:
+    if has_cuda():
+        ok = torch.cuda.is_bf16_supported()
+        return Capability("bfloat16", ok, f"{torch.cuda.get_device_name(0)} "
+                          f"{'supports' if ok else 'lacks'} bf16", "06 mixed precision")
+    # ATen's check is "avx512bw, avx512vl and avx512dq" (mkldnn_bf16_device_check), not bf16 math units
+    onednn = torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    why = (f"CPU {torch.backends.cpu.get_cpu_capability()}: bf16 runs; "
+           + ("oneDNN's bf16 kernels are enabled (AVX512 BW/VL/DQ)" if onednn
+              else "oneDNN's bf16 kernels need AVX512, so expect bf16 to be slower than fp32"))
+    return Capability("bfloat16", True, why, "06 mixed precision")
+
+
+def _dynamo() -> Capability:
+    from torch._dynamo.eval_frame import check_if_dynamo_supported
+
+    try:
+        check_if_dynamo_supported()
+    except RuntimeError as e:
+        return Capability("TorchDynamo", False, str(e), "05 compile, 06, 07, 10, 11")
+    return Capability("TorchDynamo", True, f"Python {platform.python_version()} is supported",
+                      "05 compile, 06, 07, 10, 11")
+
+
+def _cxx_compiler() -> Capability:
+    """Inductor turns CPU graphs into C++ with OpenMP, so a compiler must build exactly that."""
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    try:
+        cxx = get_cpp_compiler()
+    except Exception as e:  # it raises its own types when no compiler is found
+        return Capability("C++ compiler (inductor)", False, f"none found: {e}", "torch.compile on CPU")
+    ok, why = _compiles_openmp(cxx)
+    return Capability("C++ compiler (inductor)", ok, why, "torch.compile on CPU")
+
+
+def _compiles_openmp(cxx: str) -> tuple[bool, str]:
+    if shutil.which(cxx) is None:
+        return False, f"{cxx} is not on PATH; install g++ (Linux) or Xcode's clang (macOS)"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp, "probe.cpp")
+        src.write_text(_OPENMP_PROBE)
+        try:
+            run = subprocess.run([cxx, "-fopenmp", str(src), "-o", str(Path(tmp, "probe"))],
+                                 capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            return False, f"{cxx} did not finish compiling a 2-line program within 60 s"
+    if run.returncode != 0:
+        return False, f"{cxx} cannot build with OpenMP: {run.stderr.strip().splitlines()[-1:]}"
+    return True, f"{cxx} builds C++ with OpenMP"
+
+
+def _triton() -> Capability:
+    try:
+        import triton  # noqa: F401  (only its presence matters)
+    except ImportError:
+        return Capability("Triton", False, "not installed", "torch.compile on CUDA")
+    ok = has_cuda()
+    why = "installed; inductor uses it for CUDA kernels" + ("" if ok else ", but there is no GPU")
+    return Capability("Triton", ok, why, "torch.compile on CUDA")
+
+
+def _gloo() -> Capability:
+    ok = torch.distributed.is_available() and torch.distributed.is_gloo_available()
+    why = "CPU collectives between processes" if ok else "this torch build has no gloo backend"
+    return Capability("gloo backend", ok, why, "07 DDP on CPU")
+
+
+def _nccl() -> Capability:
+    built = torch.distributed.is_available() and torch.distributed.is_nccl_available()
+    ok = built and has_cuda() and sys.platform == "linux"
+    why = ("built in; usable with a GPU per rank" if ok else
+           "built in, but needs a GPU per rank" if built else "not in this build (Linux CUDA builds only)")
+    return Capability("NCCL backend", ok, why, "07 DDP on GPUs")

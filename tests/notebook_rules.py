@@ -1,0 +1,110 @@
+"""Mechanical checks of the series' notebook conventions (HOUSE_STYLE.md). Each returns problems as text.
+
+nbval compares only cells that were executed (a cell with execution_count None passes whatever it
+prints), so `execution_problems` is what makes strict nbval mean something.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+NAME = re.compile(r"^(\d\d)_[a-z0-9_]+\.ipynb$")
+EXPECTED = re.compile(r"^# Expected: (\w+)\b")       # first line of a raises-exception cell
+SKIPPED = re.compile(r"^# Skipped: \S")               # first line of an nbval-skip cell
+OPENING_LINES = ("import torch", "torch.manual_seed(0)", "device = devices.pick_device()",
+                 "print(devices.banner(device))")
+
+
+def _code(nb) -> list:
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def _tags(cell) -> set[str]:
+    return set(cell.get("metadata", {}).get("tags", []))
+
+
+def execution_problems(nb) -> list[str]:
+    """Every code cell executed, in order, from a fresh kernel (counts 1, 2, 3, ...)."""
+    problems, expected = [], 1
+    for i, cell in enumerate(_code(nb)):
+        if "skip-execution" in _tags(cell):
+            continue
+        if cell.execution_count is None:
+            problems.append(f"code cell {i} was never executed, so nbval would not compare it; "
+                            "run `make execute`")
+        elif cell.execution_count != expected:
+            problems.append(f"code cell {i} has execution count {cell.execution_count}, expected "
+                            f"{expected}: cells ran out of order; run `make execute`")
+        expected += 1
+    return problems
+
+
+def opening_problems(nb, path: Path) -> list[str]:
+    """File name, title cell and the house opening code cell."""
+    problems = []
+    m = NAME.match(path.name)
+    if not m:
+        problems.append(f"{path.name}: name it NN_topic.ipynb (two digits, lower-case topic)")
+    first = nb.cells[0] if nb.cells else None
+    if first is None or first.cell_type != "markdown":
+        return problems + ["the first cell must be markdown: '# NN · Title' and the learning card"]
+    if m and not first.source.startswith(f"# {m.group(1)} · "):
+        problems.append(f"the first cell must start with '# {m.group(1)} · Title'")
+    for part in ("**What you will learn**", "**Prerequisites:**", "**Runs on:**"):
+        if part not in first.source:
+            problems.append(f"the first cell lacks {part}")
+    second = nb.cells[1] if len(nb.cells) > 1 else None
+    lines = [l.split("#")[0].strip() for l in (second.source.splitlines() if second else [])]
+    if second is None or second.cell_type != "code" or not all(l in lines for l in OPENING_LINES):
+        problems.append(f"the second cell must be the house opening: {'; '.join(OPENING_LINES)}")
+    return problems
+
+
+def structure_problems(nb) -> list[str]:
+    """Sections, the Summary, a kernel spec that exists everywhere, and tags that carry reasons."""
+    problems = []
+    headings = [l for c in nb.cells if c.cell_type == "markdown" for l in c.source.splitlines()
+                if l.startswith("## ")]
+    if not headings or "## Summary" not in headings:
+        problems.append("the notebook needs '## ' sections and a '## Summary'")
+    if nb.metadata.get("kernelspec", {}).get("name") != "python3":
+        problems.append("kernelspec name must be 'python3'")
+    for i, cell in enumerate(_code(nb)):
+        problems += _tag_problems(i, cell)
+    return problems
+
+
+def _tag_problems(i: int, cell) -> list[str]:
+    tags, first = _tags(cell), (cell.source.splitlines() or [""])[0]
+    problems = []
+    if "raises-exception" in tags:
+        m = EXPECTED.match(first)
+        errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
+        if not m:
+            problems.append(f"code cell {i} is tagged raises-exception; start it with "
+                            "'# Expected: ExceptionName, because ...'")
+        elif [o.ename for o in errors] != [m.group(1)]:
+            problems.append(f"code cell {i} expects {m.group(1)} but its stored output raised "
+                            f"{[o.ename for o in errors] or 'nothing'}")
+    if "nbval-skip" in tags and not (SKIPPED.match(first) and "skip-execution" in tags):
+        problems.append(f"code cell {i} is tagged nbval-skip: add skip-execution too and start it "
+                        "with '# Skipped: reason'")
+    return problems
+
+
+def nbhelpers_imports(nb) -> set[tuple[str, str]]:
+    """(module, name) pairs a notebook uses from nbhelpers: `from nbhelpers import m` then m.name."""
+    modules, used = set(), set()
+    for cell in _code(nb):
+        source = "\n".join(l for l in cell.source.splitlines() if not l.lstrip().startswith(("%", "!")))
+        tree = ast.parse(source)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "nbhelpers":
+                modules |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nbhelpers."):
+                used |= {(node.module.split(".", 1)[1], a.name) for a in node.names}
+            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id in modules):
+                used.add((node.value.id, node.attr))
+    return used
