@@ -21,19 +21,21 @@ NET_LOG = REPO / "build" / "network-attempts.log"
 
 def pytest_configure(config):
     os.environ.pop("MPLBACKEND", None)  # kernels inherit it; 'agg' drops every stored plot
-    NET_LOG.parent.mkdir(exist_ok=True)
-    NET_LOG.write_text("")
-    # Children (kernels, JupyterLab, DDP ranks) import sitecustomize from here and guard themselves.
-    os.environ[offline_guard.LOG_ENV] = str(NET_LOG)
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(GUARD_DIR), os.environ.get("PYTHONPATH")) if p)
+    if offline_guard.LOG_ENV not in os.environ:  # a nested pytest (tests/test_notebooks.py) appends
+        NET_LOG.parent.mkdir(exist_ok=True)
+        NET_LOG.write_text("")
+        # Children (kernels, JupyterLab, DDP ranks) import sitecustomize from here and guard themselves.
+        os.environ[offline_guard.LOG_ENV] = str(NET_LOG)
+    paths = [str(GUARD_DIR), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     offline_guard.install()
 
 
 def pytest_sessionfinish(session, exitstatus):
-    attempts = NET_LOG.read_text() if NET_LOG.exists() else ""
+    log = Path(os.environ[offline_guard.LOG_ENV])
+    attempts = log.read_text() if log.exists() else ""
     if attempts:
-        print(f"\nFAILED: code tried to use the network during the tests (from {NET_LOG}):\n{attempts}")
+        print(f"\nFAILED: code tried to use the network during the tests (from {log}):\n{attempts}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

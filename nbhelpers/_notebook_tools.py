@@ -57,7 +57,7 @@ def build_site(notebooks: list[Path], out: Path) -> list[Path]:
     exporter = HTMLExporter(template_name="lab", widget_renderer_url="static/embed-amd.js",
                             require_js_url="static/require.js", mathjax_url="")
     pages = []
-    for nb_path in sorted(Path(p) for p in notebooks):
+    for nb_path in sorted((Path(p) for p in notebooks), key=lambda p: p.name):
         body, _ = exporter.from_filename(str(nb_path))
         pages.append(write_atomic(out / f"{nb_path.stem}.html", body.encode()))
     links = "\n".join(f'<li><a href="{p.name}">{html.escape(p.stem)}</a></li>' for p in pages)

@@ -1,0 +1,59 @@
+"""nbhelpers.devices: one place decides the device, and the capability report tells the truth."""
+import dataclasses
+
+import pytest
+import torch
+
+from nbhelpers import devices
+
+
+def test_pick_device_follows_cuda_availability(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert devices.pick_device() == torch.device("cpu") and not devices.has_cuda()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert devices.pick_device() == torch.device("cuda", 0) and devices.has_cuda()
+
+
+def test_banner_names_version_python_and_device():
+    line = devices.banner("cpu")
+    assert line.startswith(f"torch {torch.__version__} | Python 3.") and line.endswith("device cpu (CPU)")
+
+
+def test_synchronize_on_cpu_returns_at_once():
+    assert devices.synchronize("cpu") is None
+
+
+def test_capabilities_are_frozen_rows_with_reasons():
+    caps = devices.capabilities()
+    assert len({c.name for c in caps}) == len(caps) == 7
+    assert all(c.why and c.needed_for for c in caps)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        caps[0].available = True
+    by_name = {c.name: c for c in caps}
+    assert by_name["CUDA GPU"].available == torch.cuda.is_available()
+    assert by_name["gloo backend"].available == torch.distributed.is_gloo_available()
+    assert "CUDA GPU" in devices.render_capabilities(caps).splitlines()[1]
+
+
+def test_compiler_probe_reports_a_missing_compiler_with_the_fix():
+    ok, why = devices._compiles_openmp("no-such-cxx-compiler")
+    assert not ok and "not on PATH" in why and "g++" in why
+
+
+def test_compiler_probe_reports_a_compiler_that_fails():
+    ok, why = devices._compiles_openmp("false")   # exists, exits 1 without building anything
+    assert not ok and "cannot build with OpenMP" in why
+
+
+def test_compiler_probe_accepts_this_machines_compiler():
+    ok, why = devices._compiles_openmp("g++")
+    assert ok, why
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_banner_and_synchronize():
+    device = devices.pick_device()
+    x = torch.ones(256, 256, device=device) @ torch.ones(256, 256, device=device)
+    devices.synchronize(device)
+    assert x[0, 0].item() == 256 and torch.cuda.get_device_name(device) in devices.banner(device)

@@ -1,0 +1,117 @@
+"""The notebook harness itself: its rules catch what they claim to, and the series follows them."""
+import copy
+import importlib
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests import notebook_rules
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+ENV_NB = REPO / "notebooks" / "00_environment.ipynb"
+
+
+def _read(path=ENV_NB):
+    return nbformat.read(path, as_version=4)
+
+
+def _code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def _run_suite_on(nb, tmp_name: str) -> subprocess.CompletedProcess:
+    """Run the project's pytest (same conftest, same options) on a modified copy of a notebook.
+
+    The copy lives under build/ so that the repository's conftest.py and pyproject.toml apply to it.
+    """
+    folder = REPO / "build" / "test-notebooks" / f"{tmp_name}-{uuid.uuid4().hex[:8]}"
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / ENV_NB.name)
+    try:
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               str(folder / ENV_NB.name)], cwd=REPO, capture_output=True, text=True,
+                              timeout=600, env=dict(os.environ))
+    finally:
+        for f in folder.iterdir():
+            f.unlink()
+        folder.rmdir()
+
+
+def test_the_series_has_notebooks():
+    assert ENV_NB in NOTEBOOKS
+
+
+def test_notebook_numbers_are_unique():
+    numbers = [p.name[:2] for p in NOTEBOOKS]
+    assert len(numbers) == len(set(numbers)), numbers
+
+
+def test_an_unexecuted_code_cell_makes_the_suite_fail():
+    nb = _read()
+    cell = _code_cells(nb)[2]
+    cell.execution_count, cell.outputs = None, []
+    run = _run_suite_on(nb, "unexecuted")
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert "code cell 2 was never executed" in run.stdout
+    assert "1 failed" in run.stdout                      # only the rule item; nbval let the cell pass
+
+
+def test_a_changed_stored_output_makes_the_suite_fail():
+    nb = _read()
+    cell = next(c for c in _code_cells(nb) if "skipped: needs CUDA" in str(c.outputs))
+    cell.outputs[0]["text"] = "skipped: needs a GPU\n"
+    run = _run_suite_on(nb, "changed-output")
+    assert run.returncode == 1 and "Cell outputs differ" in run.stdout, run.stdout[-3000:]
+
+
+def test_out_of_order_execution_is_caught():
+    nb = _read()
+    cells = _code_cells(nb)
+    cells[1].execution_count, cells[2].execution_count = cells[2].execution_count, cells[1].execution_count
+    assert any("ran out of order" in p for p in notebook_rules.execution_problems(nb))
+
+
+def test_a_raises_exception_cell_must_name_its_exception():
+    nb = _read()
+    cell = next(c for c in _code_cells(nb) if "raises-exception" in c.metadata.get("tags", []))
+    assert notebook_rules.structure_problems(nb) == []
+    wrong = copy.deepcopy(nb)
+    target = next(c for c in _code_cells(wrong) if "raises-exception" in c.metadata.get("tags", []))
+    target.source = target.source.replace("# Expected: DataIntegrityError", "# Expected: ValueError")
+    assert any("expects ValueError" in p for p in notebook_rules.structure_problems(wrong))
+    target.source = "\n".join(cell.source.splitlines()[1:])
+    assert any("start it with '# Expected" in p for p in notebook_rules.structure_problems(wrong))
+
+
+def test_nbval_skip_needs_skip_execution_and_a_reason():
+    nb = _read()
+    cell = _code_cells(nb)[3]
+    cell.metadata["tags"] = ["nbval-skip"]
+    assert any("nbval-skip" in p for p in notebook_rules.structure_problems(nb))
+
+
+def test_a_missing_opening_is_caught():
+    nb = _read()
+    nb.cells[1].source = "import torch"
+    nb.cells[0].source = nb.cells[0].source.replace("**Runs on:**", "Runs on")
+    problems = notebook_rules.opening_problems(nb, ENV_NB)
+    assert any("house opening" in p for p in problems) and any("**Runs on:**" in p for p in problems)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebooks_use_only_public_nbhelpers_names(path):
+    for module, name in notebook_rules.nbhelpers_imports(_read(path)):
+        assert name in importlib.import_module(f"nbhelpers.{module}").__all__, f"{module}.{name}"
+
+
+def test_every_public_nbhelpers_name_is_used_by_some_notebook():
+    used = set().union(*(notebook_rules.nbhelpers_imports(_read(p)) for p in NOTEBOOKS))
+    modules = [p.stem for p in (REPO / "nbhelpers").glob("*.py") if not p.stem.startswith("_")]
+    public = {(m, name) for m in modules for name in importlib.import_module(f"nbhelpers.{m}").__all__}
+    assert not public - used, f"public but unused by any notebook: {sorted(public - used)}"
