@@ -68,7 +68,7 @@ def _processes_mentioning(text: str) -> list[int]:
     return pids
 
 
-def _stop(proc: subprocess.Popen, runtime: Path) -> list[int]:
+def _stop(proc: subprocess.Popen, root: Path) -> list[int]:
     """SIGTERM the process group (make and JupyterLab, which shuts its kernels down); return leftovers."""
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -78,7 +78,7 @@ def _stop(proc: subprocess.Popen, runtime: Path) -> list[int]:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
     deadline = time.monotonic() + 15
-    while (left := _processes_mentioning(str(runtime))) and time.monotonic() < deadline:
+    while (left := _processes_mentioning(str(root))) and time.monotonic() < deadline:
         time.sleep(0.5)
     for pid in left:
         os.kill(pid, signal.SIGKILL)
@@ -96,21 +96,27 @@ def lab(tmp_path_factory):
     env = dict(os.environ, JUPYTER_TOKEN=token, JUPYTER_CONFIG_DIR=str(root / "config"),
                JUPYTER_RUNTIME_DIR=str(root / "runtime"), JUPYTERLAB_SETTINGS_DIR=str(root / "settings"))
     lab_args = f"--no-browser --expose-app-in-browser --LabApp.workspaces_dir={root / 'workspaces'}"
-    log = open(root / "lab.log", "w")
-    proc = subprocess.Popen(["make", "-s", "lab", f"PORT={port}", f"NOTEBOOK_DIR={notebooks}",
-                             f"LAB_ARGS={lab_args}"], cwd=REPO, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while _status(f"{base}/api/status?token={token}") != 200:
-        if proc.poll() is not None or time.monotonic() > deadline:
-            _stop(proc, root / "runtime")
-            pytest.fail(f"make lab did not serve within 120 s:\n{(root / 'lab.log').read_text()[-3000:]}")
-        time.sleep(0.5)
-    yield {"base": base, "token": token, "port": port, "log": root / "lab.log"}
-    leftovers = _stop(proc, root / "runtime")
-    log.close()
+    log_path = root / "lab.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(["make", "-s", "lab", f"PORT={port}", f"NOTEBOOK_DIR={notebooks}",
+                                 f"LAB_ARGS={lab_args}"], cwd=REPO, env=env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    leftovers = []
+    try:  # whatever happens below, the server and its kernels are stopped
+        base = f"http://127.0.0.1:{port}"
+        _wait_until_serving(proc, f"{base}/api/status?token={token}", log_path)
+        yield {"base": base, "token": token, "port": port}
+    finally:
+        leftovers = _stop(proc, root)
     assert not leftovers, f"processes left running after JupyterLab stopped: {leftovers}"
+
+
+def _wait_until_serving(proc: subprocess.Popen, url: str, log_path: Path, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _status(url) != 200:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"make lab did not serve within {timeout_s:.0f} s:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.5)
 
 
 def test_make_lab_needs_the_token(lab):
