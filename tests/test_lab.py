@@ -161,3 +161,20 @@ def test_environment_notebook_runs_in_jupyterlab(page, lab):
     figure.scroll_into_view_if_needed()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "00_environment.png"))
+
+
+@pytest.mark.browser
+def test_autograd_explorer_shows_a_nodes_saved_tensors(page, lab):
+    open_and_run_all(page, lab, "02_autograd_graph.ipynb")
+    page.locator(".jp-OutputArea-output", has_text="characters of SVG").first.wait_for(timeout=240_000)
+    explorer = page.locator(".widget-vbox").first                    # the CNN's explorer
+    select = explorer.locator(".widget-dropdown select")
+    conv = next(t for t in select.locator("option").all_inner_texts() if "ConvolutionBackward0" in t)
+    select.select_option(label=conv)                                  # the kernel redraws the panels
+    saved = explorer.locator(".graph-node-details li.saved")
+    saved.filter(has_text="_saved_weight").first.wait_for(timeout=30_000)
+    assert {"_saved_input", "_saved_weight"} <= {t.split()[0] for t in saved.all_inner_texts()}
+    assert explorer.locator("svg g.node").count() == 12
+    explorer.scroll_into_view_if_needed()
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "02_autograd_graph.png"))
