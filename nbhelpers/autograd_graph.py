@@ -87,9 +87,7 @@ def _walk(root) -> list:
 
 def _node(i: int, fn, names: dict) -> Node:
     is_leaf = fn.name() == _ACCUMULATE
-    label = names.get(fn.variable, "leaf") if is_leaf and names else fn.name()
-    if is_leaf and not names:
-        label = f"leaf {tuple(fn.variable.shape)}"
+    label = (names.get(fn.variable) or f"leaf {tuple(fn.variable.shape)}") if is_leaf else fn.name()
     return Node(i, fn.name(), label, is_leaf, _saved(fn), fn._sequence_nr())
 
 
@@ -120,8 +118,8 @@ def _execution_order(nodes: tuple[Node, ...], edges: tuple[Edge, ...]) -> tuple[
     while ready:
         _, i = heapq.heappop(ready)
         order.append(i)
-        for j in dict.fromkeys(children[i]):              # a node fed twice by one node waits twice
-            waiting[j] -= children[i].count(j)
+        for j in children[i]:                             # one decrement per edge, duplicates included
+            waiting[j] -= 1
             if waiting[j] == 0:
                 heapq.heappush(ready, (-nodes[j].sequence_nr, j))
     return tuple(order)

@@ -2,6 +2,7 @@
 import copy
 import importlib
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -38,9 +39,7 @@ def _run_suite_on(nb, tmp_name: str) -> subprocess.CompletedProcess:
                                str(folder / ENV_NB.name)], cwd=REPO, capture_output=True, text=True,
                               timeout=600, env=dict(os.environ))
     finally:
-        for f in folder.iterdir():
-            f.unlink()
-        folder.rmdir()
+        shutil.rmtree(folder)
 
 
 def test_the_series_has_notebooks():
