@@ -9,16 +9,16 @@ Example:
 """
 from __future__ import annotations
 
-import os
 import re
 import sys
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Iterator
 
 import torch
+
+from nbhelpers.stderr_capture import capture_stderr
 
 __all__ = ["TensorInfo", "StorageEvent", "LifetimeRecorder", "describe", "shares_storage",
            "record_lifetimes", "plot_lifetimes", "plot_strides"]
@@ -139,21 +139,14 @@ def _to_event(node, start_ns: int) -> StorageEvent:
 
 @contextmanager
 def _without_kineto_lines() -> Iterator[None]:
-    """Capture file descriptor 2 (kineto writes from C++), then re-emit all but kineto's own lines."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
+    """Drop kineto's own start/stop lines (written from C++ to fd 2); pass anything else on."""
+    try:
+        with capture_stderr() as captured:
             yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            text = captured.read().decode(errors="replace")
-            other = [line for line in text.splitlines(True) if not _KINETO_LINE.match(line)]
-            if other:
-                sys.stderr.write("".join(other))
+    finally:
+        other = [line for line in captured.text.splitlines(True) if not _KINETO_LINE.match(line)]
+        if other:
+            sys.stderr.write("".join(other))
 
 
 def plot_lifetimes(events: list[StorageEvent], ax=None, device: str = "cpu"):

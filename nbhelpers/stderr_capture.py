@@ -1,0 +1,45 @@
+"""Capture what C++ code and child processes write to file descriptor 2, which sys.stderr never sees.
+
+A Jupyter kernel forwards fd 2 into the cell's output, so a DataLoader worker's dying traceback or a
+library's log line lands in the notebook with its pid and paths. Capturing it lets a cell assert on it.
+
+Example:
+    with stderr_capture.capture_stderr() as captured:
+        os.system("echo from a child >&2")
+    assert captured.text == "from a child\\n"
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+__all__ = ["CapturedText", "capture_stderr"]
+
+
+@dataclass
+class CapturedText:
+    """Filled when the `capture_stderr` block exits (also when it raises)."""
+
+    text: str = ""
+
+
+@contextmanager
+def capture_stderr() -> Iterator[CapturedText]:
+    """Redirect fd 2, inherited by child processes started inside the block, into `.text`."""
+    captured = CapturedText()
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            captured.text = sink.read().decode(errors="replace")
