@@ -12,14 +12,20 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from torchvision.datasets import MNIST
+import numpy as np
+import torch
+from torch.utils.data import Dataset
 
 from nbhelpers._atomic import write_atomic
 
-__all__ = ["DataIntegrityError", "DATA_DIR", "digits"]
+if TYPE_CHECKING:
+    from torchvision.datasets import MNIST
+
+__all__ = ["DataIntegrityError", "DATA_DIR", "digits", "LazyDigits"]
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 # torchvision's MNIST insists on all four files, whichever split is asked for
@@ -44,9 +50,66 @@ def digits(train: bool = True, root: str | Path | None = None, transform: Callab
     Example:
         test = digits(train=False, transform=torchvision.transforms.ToTensor())
     """
+    _check_train(train)
+    root = _unpacked(root, source)
+    # imported here, not at the top: a spawned worker unpickling a LazyDigits imports this module,
+    # and should not pay torchvision's import (about 3 s) for a dataset that never uses it
+    from torchvision.datasets import MNIST
+
+    return MNIST(str(root), train=train, transform=transform, download=False)
+
+
+class LazyDigits(Dataset):
+    """The shipped digits as (1x28x28 float image in [0, 1], int label), opened lazily per process.
+
+    The constructor checks and unpacks the files and reads only the 16-byte header for `len`. The
+    pixels are memory-mapped by the first `__getitem__` in each process, so every DataLoader worker
+    opens its own map and the main process opens nothing. `opened_in` is the pid that opened them
+    in this process's copy (None: not opened here); pickling drops the map, so spawned workers reopen.
+
+    Example:
+        ds = data.LazyDigits(train=True)            # nothing read but the header
+        image, label = ds[0]                        # now this process has mapped the file
+    """
+
+    def __init__(self, train: bool = True, root: str | Path | None = None,
+                 source: str | Path | None = None):
+        _check_train(train)
+        prefix = "train" if train else "t10k"
+        raw = _unpacked(root, source) / "MNIST" / "raw"
+        self.images_path = raw / f"{prefix}-images-idx3-ubyte"
+        self.labels_path = raw / f"{prefix}-labels-idx1-ubyte"
+        with open(self.images_path, "rb") as f:
+            self._length = int.from_bytes(f.read(8)[4:], "big")  # IDX header: magic, then count
+        self.opened_in: int | None = None
+        self._images = self._labels = None
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if self._images is None:
+            self._open()
+        pixels = torch.from_numpy(np.array(self._images[index], dtype=np.float32))  # (28, 28), a copy
+        return (pixels / 255).unsqueeze(0), int(self._labels[index])
+
+    def __getstate__(self) -> dict:
+        return dict(self.__dict__, _images=None, _labels=None, opened_in=None)
+
+    def _open(self) -> None:
+        self._images = np.memmap(self.images_path, np.uint8, "r", offset=16, shape=(self._length, 28, 28))
+        self._labels = np.memmap(self.labels_path, np.uint8, "r", offset=8, shape=(self._length,))
+        self.opened_in = os.getpid()
+
+
+def _check_train(train) -> None:
     if not isinstance(train, bool):
         raise TypeError(f"train must be True (8,000 training digits) or False (2,000 test digits), "
                         f"got {train!r}")
+
+
+def _unpacked(root: str | Path | None, source: str | Path | None) -> Path:
+    """Check the gzipped files in `source` and unpack them once into `root`/MNIST/raw; return root."""
     source = Path(source) if source is not None else DATA_DIR
     root = Path(root) if root is not None else DATA_DIR / "cache"
     raw = root / "MNIST" / "raw"
@@ -62,7 +125,7 @@ def digits(train: bool = True, root: str | Path | None = None, transform: Callab
                 raise DataIntegrityError(f"{source / 'digits_manifest.json'} does not match "
                                          f"{stem}.gz; {_RESTORE}")
             write_atomic(target, unpacked)
-    return MNIST(str(root), train=train, transform=transform, download=False)
+    return root
 
 
 def _read_sums(source: Path) -> tuple[dict[str, str], dict]:

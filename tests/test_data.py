@@ -1,6 +1,8 @@
 """nbhelpers.data: the shipped digits equal their npm source, and damage is caught with a clear error."""
 import importlib.util
 import json
+import os
+import pickle
 import shutil
 from pathlib import Path
 
@@ -101,3 +103,32 @@ def test_prepare_writes_idx_headers_torchvision_reads(tmp_path):
     pixels, labels = prepare.idx_bytes(images, [(3, 0)])
     assert pixels[:16] == bytes.fromhex("00000803 00000001 0000001c 0000001c")
     assert labels == bytes.fromhex("00000801 00000001 03")
+
+
+def test_lazy_digits_equal_torchvision_and_open_nothing_until_indexed():
+    for train in (True, False):
+        lazy, eager = data.LazyDigits(train=train), data.digits(train=train)
+        assert len(lazy) == len(eager) and lazy.opened_in is None
+        for i in (0, 1, len(lazy) - 1):
+            image, label = lazy[i]
+            assert image.shape == (1, 28, 28) and image.dtype == torch.float32
+            assert torch.equal(image[0], eager.data[i].float() / 255) and label == int(eager.targets[i])
+        assert lazy.opened_in == os.getpid()
+    with pytest.raises(IndexError):
+        lazy[len(lazy)]
+
+
+def test_lazy_digits_pickle_without_their_memory_map():
+    lazy = data.LazyDigits(train=False)
+    lazy[0]
+    copy = pickle.loads(pickle.dumps(lazy))
+    assert copy.opened_in is None and copy._images is None and len(copy) == 2000
+    assert torch.equal(copy[5][0], lazy[5][0])
+
+
+def test_lazy_digits_check_the_files_like_digits(data_copy, tmp_path):
+    (data_copy / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(data.DataIntegrityError, match="t10k-labels-idx1-ubyte.gz is missing"):
+        data.LazyDigits(train=True, root=tmp_path / "cache", source=data_copy)
+    with pytest.raises(TypeError, match="train must be True"):
+        data.LazyDigits(train="yes")
