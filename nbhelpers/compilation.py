@@ -1,0 +1,264 @@
+"""Watching torch.compile work: can inductor run here, what each backend costs, where graphs break,
+why code recompiles, and what a cold compile cache costs.
+
+Every helper that compiles starts from `torch.compiler.reset()` and resets again on exit, so one
+experiment never inherits another's graphs, guards or automatic-dynamic decisions.
+
+Example:
+    rows = compilation.compare_backends(step, (x, y), [("eager", None), ("inductor", None)])
+    print(compilation.render_results(rows))
+    breaks = compilation.find_breaks(fn, x)          # graphs, and each break's reason and line
+    with compilation.watch_compiles() as log:        # graphs compiled, recompile reasons
+        ...
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+from torch._dynamo.utils import counters, guard_failures
+
+from nbhelpers import devices
+
+__all__ = ["Preflight", "preflight", "BackendResult", "compare_backends", "render_results", "GraphBreak",
+           "Breaks", "find_breaks", "CompileLog", "watch_compiles", "cache_dir", "CacheTiming",
+           "time_cold_and_warm"]
+
+_NEEDS = {"cpu": ("TorchDynamo", "C++ compiler (inductor)"), "cuda": ("TorchDynamo", "Triton")}
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """Whether inductor can compile for `device` here, with each prerequisite and its reason."""
+
+    device: str
+    can_compile: bool
+    checks: tuple[devices.Capability, ...]
+
+
+def preflight(device: torch.device | str = "cpu") -> Preflight:
+    """Check what inductor needs: a Python Dynamo supports, then a C++ compiler with OpenMP (CPU) or
+    Triton and a GPU (CUDA). Compiles a 2-line C++ probe, so it takes about a second."""
+    kind = torch.device(device).type
+    if kind not in _NEEDS:
+        raise ValueError(f"preflight knows cpu and cuda, got {kind!r}")
+    found = {c.name: c for c in devices.capabilities()}
+    checks = tuple(found[name] for name in _NEEDS[kind])
+    return Preflight(kind, all(c.available for c in checks), checks)
+
+
+@dataclass(frozen=True)
+class BackendResult:
+    """One row of `compare_backends`. `speedup` > 1 means faster than plain eager."""
+
+    backend: str
+    mode: str | None
+    first_call_s: float     # compile (if any) plus the first run
+    steady_s: float         # median seconds per call afterwards, from torch.utils.benchmark
+    speedup: float          # eager steady_s / this steady_s
+    graphs: int
+    graph_breaks: int
+
+    @property
+    def label(self) -> str:
+        return self.backend + (f" ({self.mode})" if self.mode else "")
+
+
+def compare_backends(fn: Callable, args: tuple, backends: list[tuple[str, str | None]],
+                     device: torch.device | str | None = None, min_run_time: float = 0.5
+                     ) -> tuple[BackendResult, ...]:
+    """Time `fn(*args)` uncompiled (first row) and compiled with each (backend, mode).
+
+    `fn` runs many times, so a training step keeps training; `args` must already be on `device`.
+    """
+    rows = [_measure(fn, args, "none (eager)", None, device, min_run_time, baseline=None)]
+    for backend, mode in backends:
+        torch.compiler.reset()
+        try:
+            rows.append(_measure(torch.compile(fn, backend=backend, mode=mode), args, backend, mode,
+                                 device, min_run_time, baseline=rows[0].steady_s))
+        finally:
+            torch.compiler.reset()
+    return tuple(rows)
+
+
+def render_results(rows: tuple[BackendResult, ...]) -> str:
+    """A plain-text table of `compare_backends` rows."""
+    lines = [f"{'backend':<28}{'first call':>12}{'steady':>12}{'vs eager':>10}{'graphs':>8}{'breaks':>8}"]
+    for r in rows:
+        lines.append(f"{r.label:<28}{r.first_call_s:>11.2f}s{r.steady_s * 1e3:>10.3f}ms{r.speedup:>9.2f}x"
+                     f"{r.graphs:>8}{r.graph_breaks:>8}")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    """Why Dynamo stopped a graph, and the user line it stopped at."""
+
+    reason: str             # first line of Dynamo's explanation
+    function: str
+    line: int               # line number within the function's file (a notebook cell counts from 1)
+    code: str               # that source line
+
+
+@dataclass(frozen=True)
+class Breaks:
+    """`torch._dynamo.explain` as data."""
+
+    graphs: int
+    breaks: tuple[GraphBreak, ...]
+    ops_per_graph: tuple[int, ...]
+
+
+def find_breaks(fn: Callable, *args, **kwargs) -> Breaks:
+    """Run `torch._dynamo.explain(fn)(*args, **kwargs)` (which also runs `fn`) and return its graphs and
+    breaks. Dynamo's graph-break warnings are held back, since the result says the same."""
+    torch.compiler.reset()
+    try:
+        with _captured_dynamo_logs():
+            out = torch._dynamo.explain(fn)(*args, **kwargs)
+    finally:
+        torch.compiler.reset()
+    found = []
+    for b in out.break_reasons:
+        frame = b.user_stack[-1]
+        found.append(GraphBreak(b.reason.strip().splitlines()[0], frame.name, frame.lineno,
+                                (frame.line or "").strip()))
+    return Breaks(out.graph_count, tuple(found), tuple(len(ops) for ops in out.ops_per_graph))
+
+
+@dataclass
+class CompileLog:
+    """Filled when the `watch_compiles` block exits."""
+
+    graphs: int = 0                                          # graphs compiled inside the block
+    recompiles: list[str] = field(default_factory=list)     # guard failures, "frame/version: guard"
+    warnings: list[str] = field(default_factory=list)       # Dynamo's warnings, first lines
+
+
+@contextmanager
+def watch_compiles() -> Iterator[CompileLog]:
+    """Count the graphs compiled in the block and record why each recompile happened.
+
+    Resets Dynamo on entry (a function compiled earlier would otherwise keep its guards and its
+    automatic-dynamic decisions) and on exit. Dynamo's warnings go to `warnings`, not to stderr.
+    """
+    log = CompileLog()
+    torch.compiler.reset()
+    before = counters["stats"]["unique_graphs"]
+    try:
+        with _captured_dynamo_logs() as messages:
+            yield log
+    finally:
+        log.graphs = counters["stats"]["unique_graphs"] - before
+        # the reset on entry emptied guard_failures, so every entry is from this block
+        log.recompiles = [r.split("  #")[0].strip() for reasons in guard_failures.values() for r in reasons]
+        log.warnings = [m.splitlines()[0] for m in messages]
+        torch.compiler.reset()
+
+
+def cache_dir() -> Path:
+    """Where inductor keeps its on-disk caches here: $TORCHINDUCTOR_CACHE_DIR, else
+    <tempdir>/torchinductor_<user>."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
+
+    return Path(inductor_cache_dir())
+
+
+@dataclass(frozen=True)
+class CacheTiming:
+    """First-call seconds of the same compile in two fresh processes sharing one new cache dir."""
+
+    cold_s: float
+    warm_s: float
+    cold_counters: dict
+    warm_counters: dict
+
+
+def time_cold_and_warm(timeout_s: float = 300.0) -> CacheTiming:
+    """Compile the MLP sandwich's forward with inductor in a fresh process, twice, with one new empty
+    cache directory: the first process finds nothing (cold), the second reuses what the first wrote."""
+    with tempfile.TemporaryDirectory(prefix="inductor-cache-") as tmp:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tmp)
+        runs = [_run_probe(env, timeout_s) for _ in range(2)]
+    return CacheTiming(runs[0]["first_call_s"], runs[1]["first_call_s"], runs[0]["inductor"],
+                       runs[1]["inductor"])
+
+
+def _run_probe(env: dict, timeout_s: float) -> dict:
+    command = [sys.executable, "-c", "from nbhelpers.compilation import _cache_probe; _cache_probe()"]
+    try:
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired as e:  # run() has killed the child already
+        raise RuntimeError(f"the cache probe took over {timeout_s} s; raise timeout_s on a slow machine") from e
+    if done.returncode != 0:
+        raise RuntimeError(f"the cache probe failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _cache_probe() -> None:
+    from nbhelpers import models
+
+    torch.manual_seed(0)
+    compiled = torch.compile(models.mlp().eval())
+    x = torch.rand(64, 784)
+    start = time.perf_counter()
+    with torch.no_grad():
+        compiled(x)
+    seconds = time.perf_counter() - start
+    print(json.dumps({"first_call_s": seconds, "inductor": dict(counters["inductor"])}))
+
+
+def _measure(fn, args, backend, mode, device, min_run_time, baseline) -> BackendResult:
+    graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
+    with _captured_dynamo_logs():
+        # imported here: importing it logs a "No CUDA runtime" warning on CPU-only machines
+        from torch.utils import benchmark
+
+        start = time.perf_counter()
+        fn(*args)
+        devices.synchronize(device)
+        first = time.perf_counter() - start
+        graphs = counters["stats"]["unique_graphs"] - graphs
+        breaks = sum(counters["graph_break"].values()) - breaks
+        timer = benchmark.Timer("fn(*args)", globals={"fn": fn, "args": args})
+        steady = timer.blocked_autorange(min_run_time=min_run_time).median
+    return BackendResult(backend, mode, first, steady, (baseline or steady) / steady, graphs, breaks)
+
+
+@contextmanager
+def _captured_dynamo_logs() -> Iterator[list[str]]:
+    """Collect torch's WARNING+ log messages instead of printing them (timestamped stderr lines differ
+    on every run). torch._logging gives many `torch.*` loggers their own stderr handler, so each of
+    those handlers is swapped for a collecting one during the block and put back on exit."""
+    messages: list[str] = []
+    collector = _ListHandler(messages)
+    loggers = [lg for name, lg in logging.root.manager.loggerDict.items()
+               if name.startswith("torch") and isinstance(lg, logging.Logger) and lg.handlers]
+    saved = {lg: lg.handlers[:] for lg in loggers}
+    for lg in loggers:
+        lg.handlers = [collector]
+    try:
+        yield messages
+    finally:
+        for lg, handlers in saved.items():
+            lg.handlers = handlers
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self, sink: list[str]):
+        super().__init__(level=logging.WARNING)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(record.getMessage())
