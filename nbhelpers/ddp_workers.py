@@ -1,0 +1,247 @@
+"""Worker functions for `distributed.launch`, one per DDP lesson. Each runs on one rank inside an
+initialised process group, as `worker(rank, world_size, *args)`, and returns plain data or tensors.
+
+They live in a module, not in a notebook, because spawned processes import the function they run.
+
+Example:
+    results = distributed.launch(ddp_workers.gradient_equivalence, 2, 0)   # seed 0
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+from nbhelpers import compilation, data, models
+from nbhelpers._atomic import write_atomic
+
+__all__ = ["all_reduce_by_hand", "fails_on", "waits_for_a_stuck_rank", "digit_batch", "gradient_equivalence", "accumulate_with_no_sync",
+           "train_digits", "unused_parameters", "TwoHeads", "compile_orders"]
+
+
+def all_reduce_by_hand(rank: int, world_size: int) -> dict:
+    """The collectives DDP is built on: all_reduce, all_gather and broadcast of one number per rank.
+    With NCCL the tensors live on this rank's GPU, since NCCL moves only GPU memory."""
+    device = torch.device("cuda", rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+    mine = torch.tensor([float(rank + 1)], device=device)
+    total = mine.clone()
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    gathered = [torch.zeros(1, device=device) for _ in range(world_size)]
+    dist.all_gather(gathered, mine)
+    announced = torch.tensor([42.0], device=device) if rank == 0 else torch.zeros(1, device=device)
+    dist.broadcast(announced, src=0)
+    return {"rank": rank, "backend": dist.get_backend(), "sent": mine.item(), "all_reduce_sum": total.item(),
+            "all_gather": [g.item() for g in gathered], "broadcast_from_0": announced.item()}
+
+
+def fails_on(rank: int, world_size: int, failing_rank: int) -> int:
+    """Raise on `failing_rank`; the others wait in a barrier that rank never reaches."""
+    if rank == failing_rank:
+        raise ValueError(f"a bug on rank {rank}")
+    dist.barrier()
+    return rank
+
+
+def waits_for_a_stuck_rank(rank: int, world_size: int) -> int:
+    """Rank 0 enters an all_reduce while the other ranks are stuck elsewhere: the classic hang."""
+    if rank == 0:
+        dist.all_reduce(torch.ones(1))
+    else:
+        time.sleep(3600)       # stands for a rank stuck in I/O, a deadlock, or a skipped collective
+    return rank
+
+
+def digit_batch(n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first `n` training digits as (n, 1, 28, 28) floats and labels, the same in every process."""
+    digits = data.LazyDigits(train=True)
+    images, labels = zip(*(digits[i] for i in range(n)))
+    return torch.stack(images), torch.tensor(labels)
+
+
+def gradient_equivalence(rank: int, world_size: int, seed: int) -> dict:
+    """Gradients of this rank's shard of one batch: local only (no_sync), averaged by DDP, and
+    averaged by a hand-written all_reduce. Dropout is off so that the comparison is exact."""
+    model = _seeded_mlp(seed)
+    x, y = _shard(*digit_batch(), rank, world_size)
+    ddp = DDP(model)
+    with ddp.no_sync():
+        F.cross_entropy(ddp(x), y).backward()
+    local = _grads(model)
+    model.zero_grad(set_to_none=True)
+    F.cross_entropy(ddp(x), y).backward()
+    synced = _grads(model)
+    by_hand = [g.clone() for g in local]
+    for g in by_hand:
+        dist.all_reduce(g, op=dist.ReduceOp.SUM)
+        g /= world_size
+    return {"local": local, "synced": synced, "by_hand": by_hand}
+
+
+def accumulate_with_no_sync(rank: int, world_size: int, seed: int) -> dict:
+    """Two micro-batches per rank: the first under no_sync (no communication), the second synced.
+    A comm hook counts the all-reduces DDP actually launches."""
+    model = _seeded_mlp(seed)
+    x, y = _shard(*digit_batch(), rank, world_size)
+    half = len(x) // 2
+    ddp = DDP(model)
+    launched = []
+
+    def counting_allreduce(state, bucket):
+        launched.append(bucket.index())
+        return default_hooks.allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(None, counting_allreduce)
+    with ddp.no_sync():
+        F.cross_entropy(ddp(x[:half]), y[:half]).backward()
+    after_first = len(launched)
+    F.cross_entropy(ddp(x[half:]), y[half:]).backward()
+    return {"allreduces_during_no_sync": after_first, "allreduces_total": len(launched), "grads": _grads(model)}
+
+
+def train_digits(rank: int, world_size: int, epochs: int, save_path: str | None = None, seed: int = 0) -> dict:
+    """DDP training of the MLP sandwich on the 8,000 digits, each rank reading its DistributedSampler
+    shard; rank 0 alone saves the weights. Returns this rank's view, including every rank's digest."""
+    torch.manual_seed(seed)
+    ddp = DDP(models.mlp())
+    train = data.LazyDigits(train=True)
+    sampler = DistributedSampler(train, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
+    loader = DataLoader(train, batch_size=64, sampler=sampler)
+    optimizer = torch.optim.Adam(ddp.parameters(), lr=2e-3)
+    start, seen = time.perf_counter(), 0
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)       # a new shuffle each epoch, the same on every rank
+        for x, y in loader:
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(ddp(x), y).backward()
+            optimizer.step()
+            seen += len(y)
+    seconds = time.perf_counter() - start
+    if save_path is not None and rank == 0:
+        buffer = io.BytesIO()
+        torch.save(ddp.module.state_dict(), buffer)
+        write_atomic(save_path, buffer.getvalue())
+    dist.barrier()                     # nobody reads the checkpoint before rank 0 has written it
+    digests = [None] * world_size
+    dist.all_gather_object(digests, _digest(ddp.module))
+    return {"rank": rank, "samples_seen": seen, "seconds": seconds, "digest": digests[rank],
+            "all_digests": digests, "accuracy": _accuracy(ddp.module), "state": ddp.module.state_dict()}
+
+
+class TwoHeads(nn.Module):
+    """A body with two heads, of which forward uses only `head`: `spare` never gets a gradient."""
+
+    def __init__(self, skip_dropout: bool = False):
+        super().__init__()
+        self.body, self.head, self.spare = nn.Linear(8, 8), nn.Linear(8, 2), nn.Linear(8, 2)
+        self.dropout, self.skip_dropout = nn.Dropout(0.5), skip_dropout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.body(x))
+        return self.head(h if self.skip_dropout else self.dropout(h))
+
+
+def unused_parameters(rank: int, world_size: int) -> dict:
+    """Three training steps of TwoHeads under DDP in four set-ups; the error message, or "ok"."""
+    setups = {
+        "find_unused_parameters=False": lambda m: DDP(m),
+        "find_unused_parameters=True": lambda m: DDP(m, find_unused_parameters=True),
+        "spare head frozen": lambda m: DDP(_frozen(m, m.spare)),
+        "spare head removed": lambda m: DDP(_without_spare(m)),
+    }
+    outcome = {name: _three_steps(wrap, rank) for name, wrap in setups.items()}
+    outcome["dropout skipped, no spare"] = _three_steps(lambda m: DDP(_without_spare(m)), rank, skip_dropout=True)
+    compiled = lambda m: DDP(torch.compile(m, backend="aot_eager"), find_unused_parameters=True)  # noqa: E731
+    with compilation.watch_compiles():     # resets Dynamo, holds back its log lines
+        outcome["compiled, find_unused_parameters=True"] = _three_steps(compiled, rank)
+    return outcome
+
+
+def compile_orders(rank: int, world_size: int, backend: str = "aot_eager") -> dict:
+    """Train 3 steps with DDP(compile(model)) and with compile(DDP(model)); count the graphs Dynamo
+    compiled and the graph-break reasons in each, and check the weights stay identical across ranks."""
+    from torch._dynamo.utils import counters
+
+    report = {}
+    for name in ("DDP(compile(model))", "compile(DDP(model))"):
+        breaks_before = dict(counters["graph_break"])
+        torch.manual_seed(0)
+        model = models.mlp()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = _shard(*digit_batch(), rank, world_size)
+        with compilation.watch_compiles() as log:    # resets Dynamo, holds back its log lines
+            wrapped = DDP(torch.compile(model, backend=backend)) if name.startswith("DDP") else \
+                torch.compile(DDP(model), backend=backend)
+            for _ in range(3):
+                optimizer.zero_grad(set_to_none=True)
+                F.cross_entropy(wrapped(x), y).backward()
+                optimizer.step()
+        digests = [None] * world_size
+        dist.all_gather_object(digests, _digest(model))
+        reasons = sorted({k.splitlines()[0] for k, v in counters["graph_break"].items() if v > breaks_before.get(k, 0)})
+        report[name] = {"graphs": log.graphs, "breaks": reasons, "ranks_agree": len(set(digests)) == 1}
+    return report
+
+
+def _three_steps(wrap, rank, skip_dropout=False) -> str:
+    torch.manual_seed(0)
+    ddp = wrap(TwoHeads(skip_dropout))
+    optimizer = torch.optim.SGD([p for p in ddp.parameters() if p.requires_grad], lr=0.1)
+    x = torch.randn(16, 8, generator=torch.Generator().manual_seed(rank))
+    try:
+        for _ in range(3):
+            optimizer.zero_grad(set_to_none=True)
+            ddp(x).square().mean().backward()
+            optimizer.step()
+    except RuntimeError as e:
+        return str(e).splitlines()[0]
+    digests = [None] * dist.get_world_size()
+    dist.all_gather_object(digests, _digest(ddp.module))
+    return "ok" if len(set(digests)) == 1 else "ok, but the weights differ across ranks"
+
+
+def _frozen(model: nn.Module, part: nn.Module) -> nn.Module:
+    part.requires_grad_(False)
+    return model
+
+
+def _without_spare(model: TwoHeads) -> nn.Module:
+    del model.spare
+    return model
+
+
+def _seeded_mlp(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return models.mlp(models.CoreConfig(dropout=0.0))
+
+
+def _shard(x, y, rank, world_size):
+    per_rank = len(x) // world_size
+    return x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
+
+
+def _grads(model: nn.Module) -> list[torch.Tensor]:
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+def _digest(model: nn.Module) -> str:
+    h = hashlib.sha256()
+    for t in model.state_dict().values():
+        h.update(t.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def _accuracy(model: nn.Module) -> float:
+    test = data.LazyDigits(train=False)
+    correct = 0
+    with models.eval_inference(model):
+        for x, y in DataLoader(test, batch_size=500):
+            correct += (model(x).argmax(1) == y).sum().item()
+    return correct / len(test)

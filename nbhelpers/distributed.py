@@ -1,0 +1,164 @@
+"""Run a function in N real processes joined by a process group, from a notebook or a script, with a
+deadline; and a torchrun entry point that trains the sandwich model with DDP on one or many machines.
+
+`launch` starts fresh interpreters (spawn), rendezvous through a file in a temporary directory (no port
+to race for), returns what each rank's worker returned, re-raises a worker's exception with its rank
+and traceback, and always leaves no child process behind.
+
+Example:
+    results = distributed.launch(ddp_workers.all_reduce_by_hand, world_size=2)
+    # torchrun --nproc-per-node=2 -m nbhelpers.distributed --epochs 2 --out build/ddp
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import multiprocessing
+import os
+import pickle
+import queue as queue_module
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["RankFailure", "LaunchTimeout", "launch", "main"]
+
+
+class RankFailure(RuntimeError):
+    """A worker raised (or its process died); `rank` says which, `remote_traceback` shows where."""
+
+    def __init__(self, rank: int, message: str, remote_traceback: str = ""):
+        super().__init__(f"rank {rank}: {message}" + (f"\n\n{remote_traceback}" if remote_traceback else ""))
+        self.rank, self.remote_traceback = rank, remote_traceback
+
+
+class LaunchTimeout(TimeoutError):
+    """Not every rank finished before the deadline; all processes were stopped."""
+
+
+def launch(worker: Callable, world_size: int, *args, backend: str | None = None, timeout_s: float = 120.0,
+           start_method: str = "spawn") -> list[Any]:
+    """Run `worker(rank, world_size, *args)` in `world_size` processes, each inside an initialised
+    process group (gloo, or NCCL when every rank can have its own GPU); return the results by rank.
+
+    Results travel pickled by value, so tensors arrive intact after the workers have exited.
+    """
+    _check_importable(worker)
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1, got {world_size}")
+    backend = backend or ("nccl" if torch.cuda.device_count() >= world_size else "gloo")
+    ctx = multiprocessing.get_context(start_method)
+    results: dict[int, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="launch-") as tmp:
+        channel = ctx.Queue()
+        init = f"file://{Path(tmp) / 'rendezvous'}"
+        processes = [ctx.Process(target=_run_rank, daemon=True,
+                                 args=(rank, world_size, backend, init, timeout_s, worker, args, channel))
+                     for rank in range(world_size)]
+        try:
+            for p in processes:
+                p.start()
+            _collect(processes, channel, results, time.monotonic() + timeout_s, timeout_s)
+        finally:
+            _stop(processes)
+            channel.close()
+    return [results[rank] for rank in range(world_size)]
+
+
+def _check_importable(worker) -> None:
+    module, name = getattr(worker, "__module__", None), getattr(worker, "__qualname__", "")
+    if module in (None, "__main__") or "<locals>" in name or "<lambda>" in name:
+        raise ValueError(
+            f"worker {name or worker!r} is defined in {module or 'no module'}, so a spawned process cannot "
+            f"import it; define it at the top level of a .py module (in a notebook: %%writefile my_workers.py, "
+            f"then `from my_workers import {name or 'worker'}`)")
+
+
+def _collect(processes, channel, results, deadline, timeout_s) -> None:
+    while len(results) < len(processes):
+        try:
+            rank, ok, payload = channel.get(timeout=0.2)
+        except queue_module.Empty:
+            _check_alive(processes, results)
+            if time.monotonic() > deadline:
+                missing = sorted(set(range(len(processes))) - set(results))
+                raise LaunchTimeout(f"ranks {missing} did not finish within {timeout_s} s; all processes were "
+                                    f"stopped (a collective that one rank never joins waits forever)")
+            continue
+        if not ok:
+            message, remote = payload
+            raise RankFailure(rank, message, remote)
+        results[rank] = pickle.loads(payload)
+
+
+def _check_alive(processes, results) -> None:
+    for rank, p in enumerate(processes):
+        if rank not in results and p.exitcode not in (None, 0):
+            raise RankFailure(rank, f"its process exited with code {p.exitcode} before reporting (it could not "
+                                    f"start the worker, or was killed); its stderr says why")
+
+
+def _stop(processes) -> None:
+    started = [p for p in processes if p.pid is not None]
+    for p in started:
+        if p.is_alive():
+            p.terminate()
+    for p in started:
+        p.join(timeout=5)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _run_rank(rank, world_size, backend, init, timeout_s, worker, args, channel) -> None:
+    torch.set_num_threads(1)  # world_size processes share the machine's cores
+    try:
+        dist.init_process_group(backend, init_method=init, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        result = worker(rank, world_size, *args)
+        channel.put((rank, True, pickle.dumps(result)))
+    except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent, with its rank
+        channel.put((rank, False, (f"{type(e).__name__}: {e}", traceback.format_exc())))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """torchrun entry point: DDP-train the MLP sandwich on the digits; every rank writes its weights' digest.
+
+    Single machine:  torchrun --nproc-per-node=2 -m nbhelpers.distributed --epochs 2 --out build/ddp
+    Two machines:    torchrun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d
+                        --rdzv-endpoint=HOST:29500 --rdzv-id=digits -m nbhelpers.distributed --out DIR
+    """
+    from nbhelpers import ddp_workers
+
+    parser = argparse.ArgumentParser(prog="python -m nbhelpers.distributed", description=main.__doc__)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--out", type=Path, required=True, help="directory for rank-N.json and model.pt")
+    options = parser.parse_args(argv)
+    if "RANK" not in os.environ:
+        raise SystemExit("run me under torchrun, which sets RANK and WORLD_SIZE; see --help")
+    options.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"])))
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    try:
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        summary = ddp_workers.train_digits(rank, world_size, options.epochs, str(options.out / "model.pt"))
+        summary = {k: v for k, v in summary.items() if k != "state"}
+        from nbhelpers._atomic import write_atomic
+
+        write_atomic(options.out / f"rank-{rank}.json", json.dumps(summary).encode())
+        return summary
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

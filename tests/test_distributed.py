@@ -1,0 +1,120 @@
+"""nbhelpers.distributed: results by rank, failures named by rank, deadlines enforced, nothing left
+running; and the torchrun entry point as two "nodes" on one machine."""
+import _thread
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from nbhelpers import distributed
+from tests import ddp_fault_workers as faulty
+
+
+def _live_children() -> list[str]:
+    """Command lines of this process's live children, from /proc (the process table)."""
+    found = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
+            cmdline = (status.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue   # the process ended while we looked
+        if fields.get("PPid", "").strip() == str(os.getpid()) and fields.get("State", "").strip()[0] != "Z":
+            if "resource_tracker" not in cmdline:   # multiprocessing's own helper lives as long as we do
+                found.append(cmdline)
+    return found
+
+
+def test_results_come_back_by_rank_with_tensors_intact():
+    results = distributed.launch(faulty.echo, 2, "hello", timeout_s=60)
+    assert [r["rank"] for r in results] == [0, 1] and {r["value"] for r in results} == {"hello"}
+    assert torch.equal(results[1]["tensor"], torch.full((2,), 1.0))
+    assert _live_children() == []
+
+
+def test_a_raising_worker_is_named_by_rank_within_30_s():
+    start = time.monotonic()
+    with pytest.raises(distributed.RankFailure, match="rank 1: ValueError: boom on purpose") as caught:
+        distributed.launch(faulty.rank_one_raises, 2, timeout_s=120)
+    assert time.monotonic() - start < 30
+    assert caught.value.rank == 1 and "rank_one_raises" in caught.value.remote_traceback
+    assert _live_children() == []
+
+
+def test_a_hanging_worker_times_out_and_is_killed():
+    start = time.monotonic()
+    with pytest.raises(distributed.LaunchTimeout, match=r"ranks \[0, 1\] did not finish within 8 s"):
+        distributed.launch(faulty.everyone_hangs, 2, timeout_s=8)
+    assert time.monotonic() - start < 30
+    assert _live_children() == []
+
+
+def test_keyboard_interrupt_stops_every_rank():
+    timer = threading.Timer(4.0, _thread.interrupt_main)   # what Jupyter's "interrupt kernel" does
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            distributed.launch(faulty.everyone_hangs, 2, timeout_s=120)
+    finally:
+        timer.cancel()
+    assert _live_children() == []
+
+
+def test_a_process_that_dies_without_reporting_is_named():
+    with pytest.raises(distributed.RankFailure, match="rank 0: its process exited with code 3"):
+        distributed.launch(faulty.exits_hard, 2, timeout_s=60)
+    assert _live_children() == []
+
+
+def test_a_worker_defined_in_main_or_a_closure_is_refused_with_the_fix():
+    def local_worker(rank, world_size):
+        return rank
+
+    with pytest.raises(ValueError, match="cannot import it; define it at the top level of a .py module"):
+        distributed.launch(local_worker, 2)
+    local_worker.__module__ = "__main__"
+    with pytest.raises(ValueError, match="%%writefile"):
+        distributed.launch(local_worker, 2)
+    with pytest.raises(ValueError, match="world_size must be at least 1"):
+        distributed.launch(faulty.echo, 0, "x")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torchrun_two_nodes_on_one_machine_finish_with_identical_weights(tmp_path):
+    torchrun = Path(sys.executable).parent / "torchrun"
+    command = [str(torchrun), "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+               f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--rdzv-id=test", "-m", "nbhelpers.distributed",
+               "--epochs", "1", "--out", str(tmp_path)]
+    nodes = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    try:
+        errors = [node.communicate(timeout=240)[1] for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    assert [node.returncode for node in nodes] == [0, 0], errors
+    ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["digest"] == ranks[1]["digest"] and ranks[0]["all_digests"] == ranks[1]["all_digests"]
+    assert [r["samples_seen"] for r in ranks] == [4000, 4000]
+    saved = torch.load(tmp_path / "model.pt", weights_only=True)
+    assert set(saved) >= {"core.fc1.weight", "core.fc2.bias"}
+    assert not list(tmp_path.glob(".*.tmp"))   # written atomically
+
+
+def test_entry_point_refuses_to_run_outside_torchrun(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    done = subprocess.run([sys.executable, "-m", "nbhelpers.distributed", "--out", str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "run me under torchrun" in done.stderr
