@@ -1,0 +1,279 @@
+"""Memory you can read on any device: live tensor bytes after every op, attributed to the module that
+ran it (forward or backward); the bytes each module saves for backward; and, on CUDA, the caching
+allocator's own numbers and history, turned into the same timeline.
+
+Example:
+    with memory.track() as tracker:
+        loss_fn(model(x), y).backward()
+    print(tracker.peak_bytes)
+    memory.plot_timeline(memory.timeline(tracker, {"gradients": [p.grad for p in model.parameters()]}))
+"""
+from __future__ import annotations
+
+import weakref
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+__all__ = ["OpEvent", "Allocation", "Tracker", "track", "Timeline", "timeline", "SavedBytes",
+           "saved_bytes_by_module", "cuda_history", "plot_timeline"]
+
+
+@dataclass(frozen=True)
+class OpEvent:
+    """The state right after one op ran inside `track`."""
+
+    index: int
+    op: str                    # e.g. "aten.addmm.default"
+    module: str                # innermost module running it, e.g. "NeuralNetwork.core.fc1"
+    phase: str                 # "forward" or "backward"
+    live_bytes: int            # bytes of storages allocated inside the block and still alive
+    cuda_allocated: int | None = None
+    cuda_reserved: int | None = None
+
+
+@dataclass
+class Allocation:
+    """One storage created inside `track`: when, by which module, and when it was freed (if it was)."""
+
+    key: int
+    nbytes: int
+    op_index: int
+    module: str
+    phase: str
+    freed_at: int | None = None
+
+
+@dataclass
+class Tracker:
+    """Filled while the `track` block runs; complete once it exits."""
+
+    events: list[OpEvent] = field(default_factory=list)
+    allocations: list[Allocation] = field(default_factory=list)
+    live_bytes: int = 0
+    peak_bytes: int = 0
+
+
+class _ModuleStack:
+    """Which module is running: a stack kept by global forward hooks, and in backward the module tag
+    each autograd node got when its forward ran. Unlike torch.utils.module_tracker.ModuleTracker, it
+    registers no hooks on tensors, which would create reference cycles that keep graphs alive until
+    the garbage collector runs, and so change the very lifetimes being measured."""
+
+    def __init__(self):
+        self.stack: list[tuple[str, torch.nn.Module]] = []
+        self.handles = []
+
+    def __enter__(self):
+        self.handles = [torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
+                        torch.nn.modules.module.register_module_forward_hook(self._leave_module)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
+
+    def current(self) -> tuple[str, str]:
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            return node.metadata.get(_TAG, "(outside modules)"), "backward"
+        return (self.stack[-1][0] if self.stack else "(outside modules)"), "forward"
+
+    def _enter_module(self, module, args):
+        name = type(module).__name__
+        if self.stack:
+            parent_name, parent = self.stack[-1]
+            attr = next((n for n, child in parent.named_children() if child is module), None)
+            name = f"{parent_name}.{attr}" if attr else name
+        self.stack.append((name, module))
+
+    def _leave_module(self, module, args, output):
+        name = self.stack.pop()[0] if self.stack else type(module).__name__
+        for t in tree_flatten(output)[0]:
+            if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                _tag_new_nodes(t.grad_fn, name)
+
+
+_TAG = "nbhelpers.memory.module"
+
+
+def _tag_new_nodes(node, name: str) -> None:
+    """Tag the autograd nodes a module's forward created (innermost modules finish first, so a node
+    keeps the most specific name); stop at nodes tagged before."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n is None or _TAG in n.metadata:
+            continue
+        n.metadata[_TAG] = name
+        stack.extend(f for f, _ in n.next_functions)
+
+
+class _LiveBytes(TorchDispatchMode):
+    def __init__(self, tracker: Tracker, modules: "_ModuleStack", cuda: bool):
+        super().__init__()
+        self.tracker, self.modules, self.cuda = tracker, modules, cuda
+        self.live: dict[int, Allocation] = {}
+        self.outside: set[int] = set()       # storages that existed before the block
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        inputs = {_key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+        out = func(*args, **(kwargs or {}))
+        t = self.tracker
+        module, phase = self.modules.current()
+        for tensor in tree_flatten(out)[0]:
+            if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
+                continue
+            key = _key(tensor)
+            if not key or key in self.live or key in self.outside:
+                continue
+            if key in inputs:             # a view of a tensor made before the block: not ours
+                self.outside.add(key)
+                continue
+            storage = tensor.untyped_storage()
+            record = Allocation(key, storage.nbytes(), len(t.events), module, phase)
+            self.live[key] = record
+            t.allocations.append(record)
+            t.live_bytes += record.nbytes
+            weakref.finalize(storage, self._free, key)
+        t.peak_bytes = max(t.peak_bytes, t.live_bytes)
+        cuda = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved()) if self.cuda else (None, None)
+        t.events.append(OpEvent(len(t.events), str(func), module, phase, t.live_bytes, *cuda))
+        return out
+
+    def _free(self, key: int) -> None:
+        record = self.live.pop(key, None)
+        if record is not None:
+            record.freed_at = len(self.tracker.events)
+            self.tracker.live_bytes -= record.nbytes
+
+
+def _key(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+@contextmanager
+def track(device: torch.device | str | None = None) -> Iterator[Tracker]:
+    """Record live bytes after every op in the block, attributed to modules, forward and backward.
+
+    Only storages created inside the block count (parameters and inputs made before it do not). A
+    storage is counted once, when the op that created it returns, and uncounted when it is freed.
+    With a CUDA `device`, every event also carries memory_allocated and memory_reserved.
+    """
+    tracker = Tracker()
+    cuda = device is not None and torch.device(device).type == "cuda"
+    modules = _ModuleStack()
+    with modules, _LiveBytes(tracker, modules, cuda):
+        yield tracker
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Live bytes per category after each op, for `plot_timeline`."""
+
+    labels: tuple[str, ...]                   # op index -> "phase: module"
+    bytes_by_category: dict[str, list[int]]
+    peak_bytes: int
+
+
+def timeline(tracker: Tracker, categories: dict[str, list] | None = None) -> Timeline:
+    """Split the tracker's live bytes into categories: each named group of tensors alive at the end
+    (e.g. {"gradients": [...], "optimizer state": [...]}) and, for everything else, its phase."""
+    owner = {}
+    for name, tensors in (categories or {}).items():
+        for t in tensors:
+            if isinstance(t, torch.Tensor):
+                owner[_key(t)] = name
+    n = len(tracker.events)
+    series: dict[str, list[int]] = defaultdict(lambda: [0] * n)
+    for a in tracker.allocations:
+        name = owner.get(a.key) if a.freed_at is None else None
+        name = name or ("activations & other forward" if a.phase == "forward" else "backward temporaries")
+        for i in range(a.op_index, a.freed_at if a.freed_at is not None else n):
+            series[name][i] += a.nbytes
+    labels = tuple(f"{e.phase}: {e.module}" for e in tracker.events)
+    return Timeline(labels, dict(series), tracker.peak_bytes)
+
+
+@dataclass(frozen=True)
+class SavedBytes:
+    """What one module's ops saved for backward."""
+
+    tensors: int
+    nbytes: int
+
+
+def saved_bytes_by_module(model: torch.nn.Module, *inputs) -> tuple[dict[str, SavedBytes], torch.Tensor]:
+    """Run `model(*inputs)` and count every tensor autograd saves for backward, per innermost module.
+
+    Returns the counts and the output (keep it to keep the graph). Bytes are numel x element size of
+    each saved tensor; a tensor saved twice counts twice, as in the graph's `_saved_*` attributes.
+    """
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    modules = _ModuleStack()
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        entry = totals[modules.current()[0]]
+        entry[0] += 1
+        entry[1] += t.numel() * t.element_size()
+        return t
+
+    with modules, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(*inputs)
+    return {name: SavedBytes(n, b) for name, (n, b) in totals.items()}, out
+
+
+@contextmanager
+def cuda_history(device: torch.device | str = "cuda", max_entries: int = 100_000) -> Iterator[Tracker]:
+    """CUDA only: record the caching allocator's history (`torch.cuda.memory._record_memory_history`)
+    and, on exit, turn the snapshot's alloc/free trace into a Tracker, so `timeline` and
+    `plot_timeline` draw it like `track`'s. Recording is switched off on exit, errors included."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        raise RuntimeError(f"cuda_history needs a CUDA device, got {device}; use memory.track() on a CPU")
+    tracker = Tracker()
+    torch.cuda.memory._record_memory_history(max_entries=max_entries)
+    try:
+        yield tracker
+        snapshot = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    _replay(snapshot["device_traces"][device.index or 0], tracker)
+
+
+def _replay(trace: list[dict], tracker: Tracker) -> None:
+    live: dict[int, Allocation] = {}
+    for entry in trace:
+        action, addr, size = entry["action"], entry["addr"], entry["size"]
+        if action == "alloc":
+            live[addr] = Allocation(addr, size, len(tracker.events), "(cuda)", "cuda")
+            tracker.allocations.append(live[addr])
+            tracker.live_bytes += size
+        elif action == "free_completed" and addr in live:
+            live.pop(addr).freed_at = len(tracker.events)
+            tracker.live_bytes -= size
+        else:
+            continue
+        tracker.peak_bytes = max(tracker.peak_bytes, tracker.live_bytes)
+        tracker.events.append(OpEvent(len(tracker.events), action, "(cuda)", "cuda", tracker.live_bytes))
+
+
+def plot_timeline(data: Timeline, ax=None):
+    """Live bytes after each op, stacked by category; forward and backward ops shaded differently."""
+    import matplotlib.pyplot as plt
+
+    ax = ax if ax is not None else plt.figure(figsize=(9, 3.5)).gca()
+    names = list(data.bytes_by_category)
+    ax.stackplot(range(len(data.labels)), *[data.bytes_by_category[n] for n in names], labels=names,
+                 step="post", alpha=0.8)
+    backward = [i for i, label in enumerate(data.labels) if label.startswith("backward")]
+    if backward:
+        ax.axvspan(backward[0], backward[-1] + 1, color="grey", alpha=0.1, lw=0, label="backward ops")
+    ax.set(xlabel="op", ylabel="live bytes", title=f"peak {data.peak_bytes:,} B")
+    ax.legend(loc="upper left", fontsize=8)
+    return ax

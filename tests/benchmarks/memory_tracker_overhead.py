@@ -1,0 +1,45 @@
+"""Benchmark (not a test): what memory.track costs on a CNN training step, against no tracking and
+against torch.profiler with profile_memory=True.
+
+    python tests/benchmarks/memory_tracker_overhead.py [--batch 64]
+"""
+import argparse
+import contextlib
+
+import torch
+import torch.nn.functional as F
+from torch.utils import benchmark
+
+from nbhelpers import memory, models
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batch", type=int, default=64)
+    batch = parser.parse_args().batch
+    torch.manual_seed(0)
+    model = models.cnn()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.rand(batch, 1, 28, 28), torch.randint(0, 10, (batch,))
+
+    def step(context):
+        with context():
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+
+    profiler = lambda: torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],  # noqa: E731
+                                              profile_memory=True)
+    step(profiler)  # the first profiler session pays a one-off start-up; keep it out of the timing
+    variants = {"untracked": contextlib.nullcontext, "memory.track": memory.track, "profiler": profiler}
+    medians = {}
+    for name, context in variants.items():
+        timer = benchmark.Timer("step(context)", globals={"step": step, "context": context})
+        medians[name] = timer.blocked_autorange(min_run_time=2.0).median
+    base = medians["untracked"]
+    for name, seconds in medians.items():
+        print(f"{name:<14} {seconds * 1e3:8.2f} ms per CNN step (batch {batch})  {seconds / base:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
