@@ -119,7 +119,6 @@ class _LiveBytes(TorchDispatchMode):
         super().__init__()
         self.tracker, self.modules, self.cuda = tracker, modules, cuda
         self.live: dict[int, Allocation] = {}
-        self.outside: set[int] = set()       # storages that existed before the block
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         inputs = {_key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
@@ -130,10 +129,10 @@ class _LiveBytes(TorchDispatchMode):
             if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
                 continue
             key = _key(tensor)
-            if not key or key in self.live or key in self.outside:
-                continue
-            if key in inputs:             # a view of a tensor made before the block: not ours
-                self.outside.add(key)
+            # a storage we count already, or one of the op's inputs (a view or an in-place result of a
+            # tensor made before the block); addresses are not remembered beyond the op, because the
+            # allocator reuses the address of a freed storage for a new one
+            if not key or key in self.live or key in inputs:
                 continue
             storage = tensor.untyped_storage()
             record = Allocation(key, storage.nbytes(), len(t.events), module, phase)

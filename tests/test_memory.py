@@ -138,3 +138,4 @@ def test_tracker_peak_matches_the_caching_allocator_on_cuda():
     peak = torch.cuda.max_memory_allocated() - base
     assert abs(t.peak_bytes - peak) <= 0.05 * peak
     gc.collect()
+
