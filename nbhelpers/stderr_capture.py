@@ -4,6 +4,7 @@ A Jupyter kernel forwards fd 2 into the cell's output, so a DataLoader worker's 
 library's log line lands in the notebook with its pid and paths. Capturing it lets a cell assert on it.
 
 Example:
+    with stderr_capture.without_kineto_lines(), torch.profiler.profile() as prof: ...
     with stderr_capture.capture_stderr() as captured:
         os.system("echo from a child >&2")
     assert captured.text == "from a child\\n"
@@ -11,13 +12,17 @@ Example:
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-__all__ = ["CapturedText", "capture_stderr"]
+__all__ = ["CapturedText", "capture_stderr", "without_kineto_lines"]
+
+# the profiler engine's own start/stop lines, e.g. "USDT:2026-11-30 21:37:00 6282:6282 File.cpp:39] ..."
+_KINETO_LINE = re.compile(r"^(USDT|STAGE|ERROR|WARNING|INFO):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \S+\] ")
 
 
 @dataclass
@@ -43,3 +48,16 @@ def capture_stderr() -> Iterator[CapturedText]:
             os.close(saved)
             sink.seek(0)
             captured.text = sink.read().decode(errors="replace")
+
+
+@contextmanager
+def without_kineto_lines() -> Iterator[None]:
+    """Drop the lines kineto (torch.profiler's engine) writes to fd 2 when a profile starts and stops,
+    which carry a timestamp and a pid; anything else written to fd 2 in the block is passed on."""
+    try:
+        with capture_stderr() as captured:
+            yield
+    finally:
+        other = [line for line in captured.text.splitlines(True) if not _KINETO_LINE.match(line)]
+        if other:
+            sys.stderr.write("".join(other))

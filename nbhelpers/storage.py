@@ -9,8 +9,6 @@ Example:
 """
 from __future__ import annotations
 
-import re
-import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -18,13 +16,12 @@ from typing import Iterator
 
 import torch
 
-from nbhelpers.stderr_capture import capture_stderr
+from nbhelpers.stderr_capture import without_kineto_lines
 
 __all__ = ["TensorInfo", "StorageEvent", "LifetimeRecorder", "describe", "shares_storage",
            "record_lifetimes", "plot_lifetimes", "plot_strides"]
 
 _STEP_PREFIX = "step: "
-_KINETO_LINE = re.compile(r"^(USDT|STAGE|ERROR|WARNING|INFO):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \S+\] ")
 
 
 @dataclass(frozen=True)
@@ -103,12 +100,12 @@ def record_lifetimes(device: torch.device | str | None = None) -> Iterator[Lifet
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     prof = torch.profiler.profile(activities=activities, profile_memory=True)
     recorder = LifetimeRecorder()
-    with _without_kineto_lines():
+    with without_kineto_lines():
         prof.start()
     try:
         yield recorder
     finally:
-        with _without_kineto_lines():
+        with without_kineto_lines():
             prof.stop()
             recorder.events[:] = _allocation_events(prof)
 
@@ -135,18 +132,6 @@ def _to_event(node, start_ns: int) -> StorageEvent:
         parent = parent.parent
     return StorageEvent(node.start_time_ns - start_ns, "alloc" if e.alloc_size > 0 else "free", e.ptr,
                         abs(e.alloc_size), e.total_allocated, str(e.device), step)
-
-
-@contextmanager
-def _without_kineto_lines() -> Iterator[None]:
-    """Drop kineto's own start/stop lines (written from C++ to fd 2); pass anything else on."""
-    try:
-        with capture_stderr() as captured:
-            yield
-    finally:
-        other = [line for line in captured.text.splitlines(True) if not _KINETO_LINE.match(line)]
-        if other:
-            sys.stderr.write("".join(other))
 
 
 def plot_lifetimes(events: list[StorageEvent], ax=None, device: str = "cpu"):

@@ -25,3 +25,11 @@ def test_fd_2_is_restored_when_the_block_raises(capfd):
     assert captured.text == "before the error\n"
     os.write(2, b"restored\n")
     assert capfd.readouterr().err == "restored\n"
+
+
+def test_only_kinetos_own_lines_are_dropped(capfd):
+    with stderr_capture.without_kineto_lines():
+        os.write(2, b"USDT:2026-11-30 20:05:50 8537:8537 SyncActivityProfilerHandler.cpp:39] profiler_start\n")
+        os.write(2, b"a real warning\n")
+    sys.stderr.flush()
+    assert capfd.readouterr().err == "a real warning\n"
