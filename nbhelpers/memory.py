@@ -14,6 +14,7 @@ import weakref
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Iterator
 
 import torch
@@ -189,14 +190,15 @@ def timeline(tracker: Tracker, categories: dict[str, list] | None = None) -> Tim
             if isinstance(t, torch.Tensor):
                 owner[_key(t)] = name
     n = len(tracker.events)
-    series: dict[str, list[int]] = defaultdict(lambda: [0] * n)
+    changes: dict[str, list[int]] = defaultdict(lambda: [0] * (n + 1))   # bytes in/out at each op
     for a in tracker.allocations:
         name = owner.get(a.key) if a.freed_at is None else None
         name = name or ("activations & other forward" if a.phase == "forward" else "backward temporaries")
-        for i in range(a.op_index, a.freed_at if a.freed_at is not None else n):
-            series[name][i] += a.nbytes
+        changes[name][a.op_index] += a.nbytes
+        changes[name][a.freed_at if a.freed_at is not None else n] -= a.nbytes
+    series = {name: list(accumulate(delta[:n])) for name, delta in changes.items()}
     labels = tuple(f"{e.phase}: {e.module}" for e in tracker.events)
-    return Timeline(labels, dict(series), tracker.peak_bytes)
+    return Timeline(labels, series, tracker.peak_bytes)
 
 
 @dataclass(frozen=True)
