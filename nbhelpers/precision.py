@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nbhelpers import storage, training
+from nbhelpers import memory, training
 
 __all__ = ["OPS", "OpDtypes", "autocast_dtype_table", "render_dtype_table", "Underflow", "gradient_underflow",
            "Autocast", "PrecisionRun", "train_with_precision", "step_peak_bytes", "plot_runs"]
@@ -168,7 +168,7 @@ class PrecisionRun:
 def train_with_precision(model: nn.Module, dtype: torch.dtype | None, train_loader, val_loader,
                          epochs: int, lr: float = 2e-3, device: torch.device | str = "cpu") -> PrecisionRun:
     """Train `model` with Adam, in float32 (dtype None) or under autocast(dtype); time it and measure
-    the allocator's peak during one extra training step."""
+    the peak tensor bytes of one extra training step (`step_peak_bytes`)."""
     device = torch.device(device)
     net = model if dtype is None else Autocast(model, device.type, dtype)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -181,21 +181,13 @@ def train_with_precision(model: nn.Module, dtype: torch.dtype | None, train_load
 
 
 def step_peak_bytes(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor) -> int:
-    """Most bytes held at once, above the starting point, during one forward+backward+step (profiler).
-
-    Gradients are set to None first: freeing memory allocated before recording started makes the
-    allocator print a warning, and the gradients are part of the step's cost anyway.
-    """
+    """Most tensor bytes held at once by one forward+backward+step (`memory.track`), gradients
+    included: they are set to None first, so the step allocates them."""
     optimizer.zero_grad(set_to_none=True)
-    with storage.record_lifetimes(x.device) as rec:
+    with memory.track(x.device) as tracker:
         F.cross_entropy(model(x), y).backward()
         optimizer.step()
-    held, peak = 0, 0
-    for e in rec.events:
-        if e.device.startswith(x.device.type):
-            held += e.nbytes if e.kind == "alloc" else -e.nbytes
-            peak = max(peak, held)
-    return peak
+    return tracker.peak_bytes
 
 
 def plot_runs(runs: list[PrecisionRun], ax=None):
