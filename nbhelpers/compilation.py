@@ -125,7 +125,7 @@ def find_breaks(fn: Callable, *args, **kwargs) -> Breaks:
     breaks. Dynamo's graph-break warnings are held back, since the result says the same."""
     torch.compiler.reset()
     try:
-        with _captured_dynamo_logs():
+        with _captured_torch_logs():
             out = torch._dynamo.explain(fn)(*args, **kwargs)
     finally:
         torch.compiler.reset()
@@ -157,7 +157,7 @@ def watch_compiles() -> Iterator[CompileLog]:
     torch.compiler.reset()
     before = counters["stats"]["unique_graphs"]
     try:
-        with _captured_dynamo_logs() as messages:
+        with _captured_torch_logs() as messages:
             yield log
     finally:
         log.graphs = counters["stats"]["unique_graphs"] - before
@@ -221,7 +221,7 @@ def _cache_probe() -> None:
 
 def _measure(fn, args, backend, mode, device, min_run_time, baseline) -> BackendResult:
     graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
-    with _captured_dynamo_logs():
+    with _captured_torch_logs():
         # imported here: importing it logs a "No CUDA runtime" warning on CPU-only machines
         from torch.utils import benchmark
 
@@ -237,7 +237,7 @@ def _measure(fn, args, backend, mode, device, min_run_time, baseline) -> Backend
 
 
 @contextmanager
-def _captured_dynamo_logs() -> Iterator[list[str]]:
+def _captured_torch_logs() -> Iterator[list[str]]:
     """Collect torch's WARNING+ log messages instead of printing them (timestamped stderr lines differ
     on every run). torch._logging gives many `torch.*` loggers their own stderr handler, so each of
     those handlers is swapped for a collecting one during the block and put back on exit."""
