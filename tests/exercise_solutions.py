@@ -1,0 +1,386 @@
+"""Reference solutions to the notebooks' exercises, and one tempting wrong answer for each.
+
+Teachers: these are the answers. Learners: try first, `exercises.check` tells you what is wrong.
+tests/test_exercises.py runs every solution (it must PASS) and every wrong answer (it must FAIL, for the
+reason given next to it), so each exercise is provably solvable and the checker provably not a stamp.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.export import Dim
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+from torch.utils.checkpoint import checkpoint
+
+
+# 00 · environment -----------------------------------------------------------------------------
+
+def to_device(obj, device):
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(v, device) for v in obj)
+    return obj
+
+
+def to_device_top_level_only(obj, device):
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in obj.items()}
+
+
+def own_generator(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def own_generator_global(seed):
+    return torch.manual_seed(seed)     # returns torch.default_generator, after reseeding it
+
+
+# 01 · tensor lifecycle ------------------------------------------------------------------------
+
+def shares_storage(a, b):
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def shares_storage_by_first_element(a, b):
+    return a.data_ptr() == b.data_ptr()
+
+
+def element_offset(t, index):
+    return t.storage_offset() + sum(i * s for i, s in zip(index, t.stride()))
+
+
+def element_offset_ignoring_view_start(t, index):
+    return sum(i * s for i, s in zip(index, t.stride()))
+
+
+# 02 · autograd graph --------------------------------------------------------------------------
+
+def count_nodes(t):
+    seen, stack = set(), [t.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        stack.extend(nxt for nxt, _ in fn.next_functions)
+    return len(seen)
+
+
+def count_nodes_without_seen_set(t):
+    count, stack = 0, [t.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is not None:
+            count += 1
+            stack.extend(nxt for nxt, _ in fn.next_functions)
+    return count
+
+
+def grad_without_accumulating(loss_fn, w):
+    (grad,) = torch.autograd.grad(loss_fn(w), w)
+    return grad
+
+
+def grad_with_backward(loss_fn, w):
+    loss_fn(w).backward()
+    return w.grad
+
+
+# 03 · sandwich model --------------------------------------------------------------------------
+
+def count_trainable(model):
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def count_trainable_all_names(model):
+    return sum(p.numel() for _, p in model.named_parameters(remove_duplicate=False) if p.requires_grad)
+
+
+class Normalize(nn.Module):
+    def __init__(self, mean, std):
+        super().__init__()
+        self.register_buffer("mean", mean)
+        self.register_buffer("std", std)
+
+    def forward(self, x):
+        return (x - self.mean) / self.std
+
+
+class NormalizePlainAttributes(nn.Module):
+    def __init__(self, mean, std):
+        super().__init__()
+        self.mean, self.std = mean, std
+
+    def forward(self, x):
+        return (x - self.mean) / self.std
+
+
+def init_kaiming_(layer):
+    nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+    nn.init.zeros_(layer.bias)
+
+
+def init_xavier_(layer):
+    nn.init.xavier_normal_(layer.weight)
+    nn.init.zeros_(layer.bias)
+
+
+# 04 · data pipeline ---------------------------------------------------------------------------
+
+def pad_collate(batch):
+    seqs, labels = zip(*batch)
+    return (nn.utils.rnn.pad_sequence(seqs, batch_first=True), torch.tensor([len(s) for s in seqs]),
+            torch.tensor(labels))
+
+
+def default_collate(batch):
+    return torch.utils.data.default_collate(batch)
+
+
+def batches_per_epoch(n, batch_size, drop_last):
+    return n // batch_size if drop_last else -(-n // batch_size)
+
+
+def batches_per_epoch_floor(n, batch_size, drop_last):
+    return n // batch_size
+
+
+# 05 · torch.compile ---------------------------------------------------------------------------
+
+def double_if_positive(x):
+    return torch.where(x.sum() > 0, x * 2, x - 1)
+
+
+def double_if_positive_item(x):
+    if x.sum().item() > 0:
+        return x * 2
+    return x - 1
+
+
+ONE_GRAPH_OPTIONS = {"dynamic": True}
+DEFAULT_OPTIONS: dict = {}
+
+
+# 06 · mixed precision -------------------------------------------------------------------------
+
+AUTOCAST_DTYPES = {
+    "x @ w": torch.bfloat16,                      # matmul is on the lower-precision list
+    "torch.relu(x)": torch.float32,               # not on a list: runs in its input's dtype
+    "torch.relu(x @ w)": torch.bfloat16,          # ...which here is bfloat16
+    "(x @ w) + x[:, :4]": torch.float32,          # add promotes bfloat16 + float32 to float32
+    "F.softmax(x @ w, dim=1)": torch.bfloat16,    # on CPU softmax is not on the float32 list
+    "F.layer_norm(x, (16,))": torch.float32,      # layer_norm is on CPU's float32 list
+    "F.cross_entropy(x @ w, target)": torch.float32,
+}
+AUTOCAST_ALL_BFLOAT16 = dict.fromkeys(AUTOCAST_DTYPES, torch.bfloat16)
+
+
+def scaled_step(model, loss_fn, x, y, optimizer, scale):
+    optimizer.zero_grad()
+    (loss_fn(model(x), y) * scale).backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    for g in grads:
+        g.div_(scale)
+    if not all(torch.isfinite(g).all() for g in grads):
+        optimizer.zero_grad()
+        return False
+    optimizer.step()
+    return True
+
+
+def scaled_step_without_unscaling(model, loss_fn, x, y, optimizer, scale):
+    optimizer.zero_grad()
+    (loss_fn(model(x), y) * scale).backward()
+    if not all(torch.isfinite(p.grad).all() for p in model.parameters()):
+        return False
+    optimizer.step()
+    return True
+
+
+# 07 · DDP -------------------------------------------------------------------------------------
+
+def shard(n, rank, world_size):
+    total = -(-n // world_size) * world_size
+    padded = [i % n for i in range(total)]
+    return padded[rank::world_size]
+
+
+def shard_contiguous(n, rank, world_size):
+    per_rank = -(-n // world_size)
+    return list(range(rank * per_rank, min(n, (rank + 1) * per_rank)))
+
+
+def accumulate(model, loss_fn, x, y, micro_batches):
+    for xs, ys in zip(x.chunk(micro_batches), y.chunk(micro_batches)):
+        (loss_fn(model(xs), ys) / micro_batches).backward()
+
+
+def accumulate_unscaled(model, loss_fn, x, y, micro_batches):
+    for xs, ys in zip(x.chunk(micro_batches), y.chunk(micro_batches)):
+        loss_fn(model(xs), ys).backward()
+
+
+# 08 · memory ----------------------------------------------------------------------------------
+
+def record_loss(history, loss):
+    history.append(loss.item())
+
+
+def record_loss_tensor(history, loss):
+    history.append(loss)
+
+
+def forward_checkpointed(blocks, x):
+    for block in blocks:
+        x = checkpoint(block, x, use_reentrant=False)
+    return x
+
+
+def forward_plain(blocks, x):
+    for block in blocks:
+        x = block(x)
+    return x
+
+
+# 09 · profiling -------------------------------------------------------------------------------
+
+def labelled_step(model, x):
+    with record_function("forward"):
+        loss = model(x).pow(2).mean()
+    with record_function("backward"):
+        loss.backward()
+
+
+def step_labelled_as_one(model, x):
+    with record_function("forward"):
+        model(x).pow(2).mean().backward()
+
+
+def profile_window(train_step, steps):
+    window = schedule(wait=1, warmup=1, active=2, repeat=1)
+    with profile(activities=[ProfilerActivity.CPU], schedule=window) as prof:
+        for _ in range(steps):
+            train_step()
+            prof.step()
+    return prof
+
+
+def profile_everything(train_step, steps):
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            train_step()
+    return prof
+
+
+# 10 · save and export -------------------------------------------------------------------------
+
+def save_atomic(obj, path):
+    fd, temp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+        os.replace(temp, path)
+    except BaseException:
+        os.unlink(temp)
+        raise
+
+
+def save_in_place(obj, path):
+    torch.save(obj, path)
+
+
+def clean_state_dict(state):
+    prefix = "_orig_mod."
+    return {k.removeprefix(prefix): v for k, v in state.items()}
+
+
+def state_dict_unchanged(state):
+    return state
+
+
+DYNAMIC_BATCH = {"x": {0: Dim("batch")}}
+STATIC_SHAPES = None
+
+
+# 11 · custom ops ------------------------------------------------------------------------------
+
+def fake_row_diff(x):
+    return x.new_empty(x.shape[0] - 1, x.shape[1])
+
+
+def fake_row_diff_same_shape(x):
+    return torch.empty_like(x)
+
+
+def backward_cube(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return grad * 3 * x ** 2
+
+
+def backward_cube_missing_square(ctx, grad):
+    (x,) = ctx.saved_tensors
+    return grad * 3 * x
+
+
+# 12 · error casebook --------------------------------------------------------------------------
+
+EXCEPTIONS = {
+    "backward twice": RuntimeError,
+    "view of a transpose": RuntimeError,
+    "index 5 of a 3-element tensor": IndexError,
+    "float64 input to a float32 layer": RuntimeError,
+    "prefetch_factor without workers": ValueError,
+    "weights_only load of a class": pickle.UnpicklingError,
+}
+EXCEPTIONS_ALL_RUNTIME = dict.fromkeys(EXCEPTIONS, RuntimeError)
+
+
+def sigmoid_then_double(x):
+    return (torch.sigmoid(x) * 2).sum()
+
+
+def sigmoid_then_double_in_place(x):
+    y = torch.sigmoid(x)
+    y.mul_(2)
+    return y.sum()
+
+
+# id -> (reference solution, wrong answer, a phrase the wrong answer's FAIL line must contain)
+CASES = {
+    "00.1": (to_device, to_device_top_level_only, "is on cpu, expected the meta device"),
+    "00.2": (own_generator, own_generator_global, "the global RNG changed"),
+    "01.1": (shares_storage, shares_storage_by_first_element, "shares_storage(x, x[1:]) returned False"),
+    "01.2": (element_offset, element_offset_ignoring_view_start, "element_offset(base[1:, ::2]"),
+    "02.1": (count_nodes, count_nodes_without_seen_set, "its graph has 6 distinct nodes"),
+    "02.2": (grad_without_accumulating, grad_with_backward, "w.grad changed"),
+    "03.1": (count_trainable, count_trainable_all_names, "a frozen LayerNorm; an optimizer would train 50"),
+    "03.2": (Normalize, NormalizePlainAttributes, "state_dict() has 0 entries"),
+    "03.3": (init_kaiming_, init_xavier_, "Kaiming for fan_in 2048 and ReLU gives 0.0312"),
+    "04.1": (pad_collate, default_collate, "stack expects each tensor to be equal size"),
+    "04.2": (batches_per_epoch, batches_per_epoch_floor, "batches_per_epoch(2, 3, drop_last=False) returned 0"),
+    "05.1": (double_if_positive, double_if_positive_item, "could not capture one graph"),
+    "05.2": (ONE_GRAPH_OPTIONS, DEFAULT_OPTIONS, "compiled 2 graphs for sizes 8, 16, 32"),
+    "06.1": (AUTOCAST_DTYPES, AUTOCAST_ALL_BFLOAT16, "4 of 7 wrong, the first: torch.relu(x)"),
+    "06.2": (scaled_step, scaled_step_without_unscaling, "were the gradients unscaled?"),
+    "07.1": (shard, shard_contiguous, "shard(10, rank=0, world_size=3) gave [0, 1, 2, 3]"),
+    "07.2": (accumulate, accumulate_unscaled, "with 3 micro-batches the gradients differ"),
+    "08.1": (record_loss, record_loss_tensor, "still has a grad_fn"),
+    "08.2": (forward_checkpointed, forward_plain, "expected at most half"),
+    "09.1": (labelled_step, step_labelled_as_one, "0 ranges named 'backward'"),
+    "09.2": (profile_window, profile_everything, "recorded 6 train_step ranges"),
+    "10.1": (save_atomic, save_in_place, "the old checkpoint is unreadable"),
+    "10.2": (clean_state_dict, state_dict_unchanged, "unexpected keys ['_orig_mod.0.weight'"),
+    "10.3": (DYNAMIC_BATCH, STATIC_SHAPES, "refused batch 3"),
+    "11.1": (fake_row_diff, fake_row_diff_same_shape,
+             "opcheck's test_faketensor failed: Shapes torch.Size([4, 3]) and torch.Size([5, 3])"),
+    "11.2": (backward_cube, backward_cube_missing_square, "differs from finite differences"),
+    "12.1": (EXCEPTIONS, EXCEPTIONS_ALL_RUNTIME, "'index 5 of a 3-element tensor': you said RuntimeError"),
+    "12.2": (sigmoid_then_double, sigmoid_then_double_in_place, "modified by an inplace operation"),
+}

@@ -1,0 +1,125 @@
+"""Every exercise can be passed (its reference solution does) and failed (a tempting wrong answer does,
+for the reason it should); the notebooks ship them unanswered, two or three per notebook."""
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from nbhelpers import exercises
+from tests.exercise_solutions import CASES
+
+IDS = sorted(exercises._EXERCISES)
+VALUE_ANSWERS = {"05.2", "06.1", "10.3", "12.1"}     # answered with data, not with a function or class
+NOTEBOOKS = sorted(Path(__file__).parent.parent.joinpath("notebooks").glob("[0-9][0-9]_*.ipynb"))
+CHECK_CALL = re.compile(r'exercises\.check\("(\d\d)\.(\d)"')
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError("your code here")
+
+
+def test_every_exercise_has_a_reference_and_a_wrong_answer():
+    assert set(CASES) == set(IDS)
+
+
+@pytest.mark.parametrize("exercise", IDS)
+def test_reference_solution_passes(exercise):
+    verdict = exercises.grade(exercise, CASES[exercise][0])
+    assert verdict.passed, str(verdict)
+    assert str(verdict) == f"PASS {exercise} · {verdict.title}"
+
+
+@pytest.mark.parametrize("exercise", IDS)
+def test_wrong_answer_fails_for_its_reason(exercise):
+    _, wrong, reason = CASES[exercise]
+    verdict = exercises.grade(exercise, wrong)
+    assert not verdict.passed
+    assert reason in verdict.problem, str(verdict)
+    assert str(verdict).startswith(f"FAIL {exercise} · ") and str(verdict).endswith(f"Hint: {verdict.hint}")
+
+
+@pytest.mark.parametrize("exercise", IDS)
+def test_unanswered_exercise_says_so(exercise):
+    stubs = [...] if exercise in VALUE_ANSWERS else [..., _stub]
+    for stub in stubs:
+        verdict = exercises.grade(exercise, stub)
+        assert not verdict.passed and verdict.problem.startswith("not answered yet"), str(verdict)
+        assert "Hint" not in str(verdict), "a hint under a blank exercise gives the answer away"
+
+
+def _divides_by_zero(*args, **kwargs):
+    return 1 / 0
+
+
+@pytest.mark.parametrize("exercise", sorted(set(IDS) - VALUE_ANSWERS))
+def test_an_error_in_the_answer_is_reported_not_raised(exercise):
+    verdict = exercises.grade(exercise, _divides_by_zero)
+    # opcheck catches the fake's error itself and reports it as a failed test
+    expected = ("opcheck's test_faketensor failed: division by zero" if exercise == "11.1"
+                else "your code raised ZeroDivisionError: division by zero")
+    assert verdict.problem == expected, str(verdict)
+
+
+def test_torchs_own_not_implemented_error_is_an_error_not_a_blank():
+    def answer(a, b):
+        raise NotImplementedError("Could not run 'aten::foo' with arguments from the 'Meta' backend")
+    verdict = exercises.grade("01.1", answer)
+    assert verdict.problem == ("your code raised NotImplementedError: Could not run 'aten::foo' with "
+                               "arguments from the 'Meta' backend")
+
+
+def test_a_dict_answer_with_a_blank_is_unanswered():
+    answer = dict(CASES["06.1"][0], **{"x @ w": ...})
+    assert exercises.grade("06.1", answer).problem.startswith("not answered yet")
+
+
+def test_check_prints_exactly_the_verdict_line(capsys):
+    exercises.check("04.2", CASES["04.2"][1])
+    assert capsys.readouterr().out == f"{exercises.grade('04.2', CASES['04.2'][1])}\n"
+
+
+def test_unknown_exercise_names_the_known_ones():
+    with pytest.raises(ValueError, match=r"no exercise '3\.1'; the exercises are 00\.1, 00\.2, 01\.1"):
+        exercises.grade("3.1", None)
+
+
+def test_grading_leaves_the_learners_rng_and_grad_mode_alone():
+    torch.manual_seed(1234)
+    state = torch.get_rng_state()
+    with torch.no_grad():
+        for exercise in ("02.2", "03.3", "06.2", "00.2"):
+            assert exercises.grade(exercise, CASES[exercise][1]).passed is False
+            assert not torch.is_grad_enabled()
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_grading_does_not_depend_on_the_learners_rng():
+    verdicts = []
+    for seed in (0, 99):
+        torch.manual_seed(seed)
+        verdicts.append(str(exercises.grade("03.3", CASES["03.3"][1])))
+    assert verdicts[0] == verdicts[1]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_ends_with_two_or_three_unanswered_exercises(path):
+    nb = nbformat.read(path, as_version=4)
+    headings = [line for c in nb.cells if c.cell_type == "markdown" for line in c.source.splitlines()
+                if line.startswith("## ")]
+    assert headings[-2:] == ["## Summary", "## Exercises"]
+    checks = [(c, m) for c in nb.cells if c.cell_type == "code" for m in CHECK_CALL.finditer(c.source)]
+    assert 2 <= len(checks) <= 3
+    for cell, match in checks:
+        assert match.group(1) == path.name[:2], f"{match.group(0)} belongs to another notebook"
+        exercise = f"{match.group(1)}.{match.group(2)}"
+        shown = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+        assert shown.startswith(f"FAIL {exercise} · ") and "not answered yet" in shown, \
+            f"{path.name} ships {exercise} answered or unexecuted: {shown!r}"
+
+
+def test_every_exercise_is_in_a_notebook():
+    sources = [c.source for path in NOTEBOOKS for c in nbformat.read(path, as_version=4).cells]
+    found = {f"{m.group(1)}.{m.group(2)}" for source in sources for m in CHECK_CALL.finditer(source)}
+    assert found == set(IDS)
