@@ -15,7 +15,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -209,8 +209,10 @@ class SavedBytes:
     nbytes: int
 
 
-def saved_bytes_by_module(model: torch.nn.Module, *inputs) -> tuple[dict[str, SavedBytes], torch.Tensor]:
+def saved_bytes_by_module(model: Callable[..., torch.Tensor],
+                          *inputs) -> tuple[dict[str, SavedBytes], torch.Tensor]:
     """Run `model(*inputs)` and count every tensor autograd saves for backward, per innermost module.
+    `model` is a module, or any function that runs modules (saves outside one count as "(outside modules)").
 
     Returns the counts and the output (keep it to keep the graph). Bytes are numel x element size of
     each saved tensor; a tensor saved twice counts twice, as in the graph's `_saved_*` attributes.
