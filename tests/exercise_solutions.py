@@ -171,13 +171,13 @@ DEFAULT_OPTIONS: dict = {}
 # 06 · mixed precision -------------------------------------------------------------------------
 
 AUTOCAST_DTYPES = {
-    "x @ w": torch.bfloat16,                      # matmul is on the lower-precision list
+    "x @ w.T": torch.bfloat16,                    # matmul is on the lower-precision list
     "torch.relu(x)": torch.float32,               # not on a list: runs in its input's dtype
-    "torch.relu(x @ w)": torch.bfloat16,          # ...which here is bfloat16
-    "(x @ w) + x[:, :4]": torch.float32,          # add promotes bfloat16 + float32 to float32
-    "F.softmax(x @ w, dim=1)": torch.bfloat16,    # on CPU softmax is not on the float32 list
+    "torch.relu(x @ w.T)": torch.bfloat16,        # ...which here is bfloat16
+    "(x @ w.T) + x[:, :4]": torch.float32,        # add promotes bfloat16 + float32 to float32
+    "F.softmax(x @ w.T, dim=1)": torch.bfloat16,  # on CPU softmax is not on the float32 list
     "F.layer_norm(x, (16,))": torch.float32,      # layer_norm is on CPU's float32 list
-    "F.cross_entropy(x @ w, target)": torch.float32,
+    "F.cross_entropy(x @ w.T, target)": torch.float32,
 }
 AUTOCAST_ALL_BFLOAT16 = dict.fromkeys(AUTOCAST_DTYPES, torch.bfloat16)
 
@@ -365,7 +365,7 @@ CASES = {
     "03.3": (init_kaiming_, init_xavier_, "Kaiming for fan_in 2048 and ReLU gives 0.0312"),
     "04.1": (pad_collate, default_collate, "stack expects each tensor to be equal size"),
     "04.2": (batches_per_epoch, batches_per_epoch_floor, "batches_per_epoch(2, 3, drop_last=False) returned 0"),
-    "05.1": (double_if_positive, double_if_positive_item, "could not capture one graph"),
+    "05.1": (double_if_positive, double_if_positive_item, "Dynamo breaks the graph at `if x.sum().item() > 0:`: Unsupported Tensor.item() call"),
     "05.2": (ONE_GRAPH_OPTIONS, DEFAULT_OPTIONS, "compiled 2 graphs for sizes 8, 16, 32"),
     "06.1": (AUTOCAST_DTYPES, AUTOCAST_ALL_BFLOAT16, "4 of 7 wrong, the first: torch.relu(x)"),
     "06.2": (scaled_step, scaled_step_without_unscaling, "were the gradients unscaled?"),
