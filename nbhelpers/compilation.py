@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
-from torch._dynamo.utils import counters, guard_failures
 
 from nbhelpers import devices
 
@@ -154,6 +153,7 @@ def watch_compiles() -> Iterator[CompileLog]:
     automatic-dynamic decisions) and on exit. Dynamo's warnings go to `warnings`, not to stderr.
     """
     log = CompileLog()
+    counters, guard_failures = _dynamo_stats()
     torch.compiler.reset()
     before = counters["stats"]["unique_graphs"]
     try:
@@ -216,10 +216,11 @@ def _cache_probe() -> None:
     with torch.no_grad():
         compiled(x)
     seconds = time.perf_counter() - start
-    print(json.dumps({"first_call_s": seconds, "inductor": dict(counters["inductor"])}))
+    print(json.dumps({"first_call_s": seconds, "inductor": dict(_dynamo_stats()[0]["inductor"])}))
 
 
 def _measure(fn, args, backend, mode, device, min_run_time, baseline) -> BackendResult:
+    counters = _dynamo_stats()[0]
     graphs, breaks = counters["stats"]["unique_graphs"], sum(counters["graph_break"].values())
     with _captured_torch_logs():
         # imported here: importing it logs a "No CUDA runtime" warning on CPU-only machines
@@ -234,6 +235,14 @@ def _measure(fn, args, backend, mode, device, min_run_time, baseline) -> Backend
         timer = benchmark.Timer("fn(*args)", globals={"fn": fn, "args": args})
         steady = timer.blocked_autorange(min_run_time=min_run_time).median
     return BackendResult(backend, mode, first, steady, (baseline or steady) / steady, graphs, breaks)
+
+
+def _dynamo_stats() -> tuple[dict, dict]:
+    """TorchDynamo's counters and guard failures. Imported on first use, not with this module:
+    importing TorchDynamo takes about 1 s, which every importer would pay (exercises, DDP ranks)."""
+    from torch._dynamo.utils import counters, guard_failures
+
+    return counters, guard_failures
 
 
 @contextmanager

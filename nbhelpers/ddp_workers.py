@@ -20,7 +20,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from nbhelpers import data, models, training
+from nbhelpers import compilation, data, models, training
 from nbhelpers._atomic import write_atomic
 
 __all__ = ["all_reduce_by_hand", "fails_on", "waits_for_a_stuck_rank", "digit_batch", "gradient_equivalence", "accumulate_with_no_sync",
@@ -158,8 +158,6 @@ def unused_parameters(rank: int, world_size: int) -> dict:
     }
     outcome = {name: _three_steps(wrap, rank) for name, wrap in setups.items()}
     outcome["dropout skipped, no spare"] = _three_steps(lambda m: DDP(_without_spare(m)), rank, skip_dropout=True)
-    from nbhelpers import compilation  # here: importing it imports TorchDynamo (~1 s in every rank)
-
     compiled = lambda m: DDP(torch.compile(m, backend="aot_eager"), find_unused_parameters=True)  # noqa: E731
     with compilation.watch_compiles():     # resets Dynamo, holds back its log lines
         outcome["compiled, find_unused_parameters=True"] = _three_steps(compiled, rank)
@@ -170,8 +168,6 @@ def compile_orders(rank: int, world_size: int, backend: str = "aot_eager") -> di
     """Train 3 steps with DDP(compile(model)) and with compile(DDP(model)); count the graphs Dynamo
     compiled and the graph-break reasons in each, and check the weights stay identical across ranks."""
     from torch._dynamo.utils import counters
-
-    from nbhelpers import compilation  # here: importing it imports TorchDynamo (~1 s in every rank)
 
     report = {}
     for name in ("DDP(compile(model))", "compile(DDP(model))"):
