@@ -1,7 +1,8 @@
 """Suite-wide set-up: the offline guard, a clean plotting backend, and notebook convention checks.
 
-For every notebook that nbval collects, two more items run beside its cells: `execution-order`
-(nbval silently skips comparing never-executed cells) and `conventions` (HOUSE_STYLE.md).
+For every notebook that nbval collects, three more items run beside its cells: `execution-order`
+(nbval silently skips comparing never-executed cells), `conventions` (HOUSE_STYLE.md) and
+`clean-outputs` (what a reader sees holds no ANSI, machine paths or stray stderr).
 """
 from __future__ import annotations
 
@@ -52,6 +53,8 @@ class NotebookRules(pytest.File):
                                    check=lambda: notebook_rules.execution_problems(nb))
         yield RuleItem.from_parent(self, name="conventions", check=lambda: (
             notebook_rules.opening_problems(nb, self.path) + notebook_rules.structure_problems(nb)))
+        yield RuleItem.from_parent(self, name="clean-outputs",
+                                   check=lambda: notebook_rules.output_problems(nb))
 
 
 class RuleItem(pytest.Item):

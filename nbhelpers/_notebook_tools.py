@@ -5,18 +5,21 @@ through `python -m nbhelpers`.
 """
 from __future__ import annotations
 
+import configparser
 import html
 import os
+import re
 import shutil
 from pathlib import Path
 
 from nbhelpers._atomic import write_atomic
 
-__all__ = ["execute_notebook", "build_site"]
+__all__ = ["execute_notebook", "sanitize_rules", "sanitize_outputs", "build_site"]
 
 REPO = Path(__file__).resolve().parent.parent
 _WIDGET_DIST = REPO / "node_modules" / "@jupyter-widgets" / "html-manager" / "dist"
 _REQUIRE_JS = REPO / "node_modules" / "requirejs" / "require.js"
+_SANITIZE_CFG = REPO / "tests" / "nbval_sanitize.cfg"
 
 
 def execute_notebook(path: str | os.PathLike, timeout_s: int = 600) -> None:
@@ -36,7 +39,43 @@ def execute_notebook(path: str | os.PathLike, timeout_s: int = 600) -> None:
                    resources={"metadata": {"path": str(path.parent)}},
                    store_widget_state=True, record_timing=False, allow_errors=False,
                    skip_cells_with_tag="skip-execution").execute()
+    sanitize_outputs(nb)
     write_atomic(path, nbformat.writes(nb).encode())
+
+
+def sanitize_rules(cfg: Path = _SANITIZE_CFG, stored: bool = False) -> list[tuple[re.Pattern, str]]:
+    """The (regex, replacement) pairs of nbval's sanitize file, in file order.
+
+    stored=True leaves out the rules marked `stored: no` (kept in what a reader sees).
+    """
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.read(cfg)
+    return [(re.compile(parser[s]["regex"]), parser[s]["replace"]) for s in parser.sections()
+            if not (stored and parser[s].get("stored") == "no")]
+
+
+def sanitize_outputs(nb, rules: list[tuple[re.Pattern, str]] | None = None) -> None:
+    """Apply the sanitize file to `nb`'s stored outputs, in place.
+
+    strict nbval sanitizes both sides before comparing, so this changes no verdict; it keeps
+    temporary paths, kernel pids and addresses of this run out of what a reader sees.
+    """
+    rules = sanitize_rules(stored=True) if rules is None else rules
+
+    def clean(text: str) -> str:
+        for pattern, replacement in rules:
+            text = pattern.sub(replacement, text)
+        return text
+
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if "text" in out:
+                out["text"] = clean(out["text"])
+            if "evalue" in out:
+                out["evalue"] = clean(out["evalue"])
+                out["traceback"] = [clean(line) for line in out["traceback"]]
+            if isinstance(out.get("data", {}).get("text/plain"), str):
+                out["data"]["text/plain"] = clean(out["data"]["text/plain"])
 
 
 def build_site(notebooks: list[Path], out: Path) -> list[Path]:

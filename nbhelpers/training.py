@@ -75,7 +75,7 @@ def fit(model: nn.Module, train_loader: DataLoader, val_loader: DataLoader,
     _check_not_empty(val_loader, "val_loader")
     device = _model_device(model, device)
     done = []
-    bar = tqdm(range(1, epochs + 1), desc="fit", unit="epoch", disable=not progress)
+    bar = _epoch_bar(epochs, progress)
     for number in bar:
         start = time.perf_counter()
         train_loss = _train_one_epoch(model, train_loader, optimizer, device, loss_fn)
@@ -84,6 +84,32 @@ def fit(model: nn.Module, train_loader: DataLoader, val_loader: DataLoader,
         bar.set_postfix(loss=f"{train_loss:.3f}", val_acc=f"{result.accuracy:.4f}")
     bar.close()
     return History(tuple(done))
+
+
+def _epoch_bar(epochs: int, enabled: bool):
+    """tqdm.auto's bar over the epochs; in Jupyter, its widget is shown with a text that stays true.
+
+    A widget's text/plain is captured once, when it is displayed, so GitHub or nbconvert without
+    widget state would show "fit: 0%" for ever; the text says what the bar counts instead.
+    """
+    in_jupyter = any(c.__module__ == "tqdm.notebook" for c in tqdm.__mro__)
+    if not (enabled and in_jupyter):
+        return tqdm(range(1, epochs + 1), desc="fit", unit="epoch", disable=not enabled)
+    from IPython.display import display
+
+    bar = tqdm(range(1, epochs + 1), desc="fit", unit="epoch", display=False)
+    display(_WidgetWithText(bar.container, f"fit: {epochs} epochs (a live progress bar in Jupyter)"))
+    return bar
+
+
+class _WidgetWithText:
+    """Displays `widget`, with `text` as the plain-text form that viewers without widgets show."""
+
+    def __init__(self, widget, text: str):
+        self.widget, self.text = widget, text
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {**self.widget._repr_mimebundle_(), "text/plain": self.text}
 
 
 def evaluate(model: nn.Module, loader: DataLoader, device: torch.device | str | None = None,

@@ -12,6 +12,11 @@ from pathlib import Path
 NAME = re.compile(r"^(\d\d)_[a-z0-9_]+\.ipynb$")
 EXPECTED = re.compile(r"^# Expected: (\w+)\b")       # first line of a raises-exception cell
 SKIPPED = re.compile(r"^# Skipped: \S")               # first line of an nbval-skip cell
+SHOWS_STDERR = re.compile(r"^# Shows stderr: \S", re.M)  # a leading comment line of a cell meant to warn
+ANSI = "\x1b["
+MACHINE_PATH = re.compile(r"/tmp/|/var/folders/|ipykernel_\d|(?:/[\w.+-]+)+/site-packages/"
+                          r"|(?:/[\w.+-]+)+/nbhelpers/\w+\.py")
+STUCK_PROGRESS = re.compile(r"(?<!\d)0%\|")                # tqdm's text at the moment it was displayed
 OPENING_LINES = ("import torch", "torch.manual_seed(0)", "device = devices.pick_device()",
                  "print(devices.banner(device))")
 
@@ -108,3 +113,43 @@ def nbhelpers_imports(nb) -> set[tuple[str, str]]:
                   and node.value.id in modules):
                 used.add((node.value.id, node.attr))
     return used
+
+
+def _output_texts(out) -> dict[str, str]:
+    """The texts of one stored output that a viewer shows, by field (traceback apart: it is ANSI)."""
+    texts = {"text": out.get("text", ""), "evalue": out.get("evalue", "")}
+    for mime, value in out.get("data", {}).items():
+        if mime.startswith("text/") or mime == "image/svg+xml":
+            texts[mime] = value if isinstance(value, str) else "".join(value)
+    texts["traceback"] = "\n".join(out.get("traceback", []))
+    return texts
+
+
+def output_problems(nb) -> list[str]:
+    """Stored outputs a reader can trust: no raw ANSI, no paths of this machine, no stray stderr.
+
+    An error's traceback and evalue may carry ANSI codes (front-ends render the traceback, colours
+    and torch's own bold in torch.load's message included) but not machine paths; a cell
+    may show stderr only if a leading comment line says so: '# Shows stderr: why'.
+    """
+    problems = []
+    for i, cell in enumerate(_code(nb)):
+        leading = "\n".join(l for l in cell.source.splitlines()[:3] if l.startswith("#"))
+        for out in cell.get("outputs", []):
+            for field, text in _output_texts(out).items():
+                if ANSI in text and field not in ("traceback", "evalue"):
+                    problems.append(f"code cell {i}: raw ANSI escape codes in its {field} output; "
+                                    "strip them (nbhelpers.stderr_capture) or print plain text")
+                if m := MACHINE_PATH.search(text):
+                    problems.append(f"code cell {i}: a path of this machine ({m.group(0)!r}) in its "
+                                    f"{field} output; add a rule to tests/nbval_sanitize.cfg, then "
+                                    "`make execute`")
+                if STUCK_PROGRESS.search(text):
+                    problems.append(f"code cell {i}: a progress bar stored at 0% ({field}); a static "
+                                    "viewer shows it for ever")
+            if out.get("output_type") == "stream" and out.get("name") == "stderr" \
+                    and not SHOWS_STDERR.search(leading):
+                first = out["text"].splitlines()[0] if out["text"] else ""
+                problems.append(f"code cell {i} wrote to stderr ({first[:80]!r}); silence it in the cell, "
+                                "or start the cell with '# Shows stderr: why' if showing it is the point")
+    return problems

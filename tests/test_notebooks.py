@@ -114,3 +114,56 @@ def test_every_public_nbhelpers_name_is_used_by_some_notebook():
     modules = [p.stem for p in (REPO / "nbhelpers").glob("*.py") if not p.stem.startswith("_")]
     public = {(m, name) for m in modules for name in importlib.import_module(f"nbhelpers.{m}").__all__}
     assert not public - used, f"public but unused by any notebook: {sorted(public - used)}"
+
+
+def _with_output(nb, cell_index: int, output: dict):
+    copy_ = copy.deepcopy(nb)
+    _code_cells(copy_)[cell_index].outputs.append(nbformat.from_dict(output))
+    return copy_
+
+
+def test_committed_notebooks_pass_the_output_rules():
+    for path in NOTEBOOKS:
+        assert notebook_rules.output_problems(_read(path)) == [], path.name
+
+
+def test_raw_ansi_in_a_stored_output_is_caught():
+    nb = _with_output(_read(), 2, {"output_type": "stream", "name": "stdout", "text": "\x1b[31mred\x1b[0m\n"})
+    assert any("raw ANSI escape codes in its text" in p for p in notebook_rules.output_problems(nb))
+
+
+def test_a_stray_stderr_line_is_caught_and_a_marked_one_is_not():
+    warning = {"output_type": "stream", "name": "stderr", "text": "UserWarning: something\n"}
+    nb = _with_output(_read(), 2, warning)
+    assert any("wrote to stderr ('UserWarning: something')" in p for p in notebook_rules.output_problems(nb))
+    _code_cells(nb)[2].source = "# Shows stderr: the warning is the lesson\n" + _code_cells(nb)[2].source
+    assert notebook_rules.output_problems(nb) == notebook_rules.output_problems(_read())
+
+
+@pytest.mark.parametrize("path", ["/tmp/tmpab12cd/run/damaged.pt", "/tmp/ipykernel_3321/4183935979.py",
+                                  "/home/me/.venv/lib/python3.11/site-packages/torch/_tensor.py"])
+def test_a_machine_path_in_a_stored_output_is_caught(path):
+    error = {"output_type": "error", "ename": "OSError", "evalue": f"cannot open {path}", "traceback": []}
+    nb = _with_output(_read(), 2, error)
+    assert any("a path of this machine" in p for p in notebook_rules.output_problems(nb))
+
+
+def test_the_clean_outputs_rule_fails_the_suite_on_a_temporary_copy():
+    nb = _with_output(_read(), 2, {"output_type": "stream", "name": "stderr", "text": "stray\n"})
+    run = _run_suite_on(nb, "stderr-output")
+    assert run.returncode == 1 and "wrote to stderr ('stray')" in run.stdout, run.stdout[-3000:]
+
+
+def test_execute_stores_sanitized_outputs():
+    from nbhelpers._notebook_tools import sanitize_outputs, sanitize_rules
+    from nbval.plugin import get_sanitize_patterns
+
+    cfg = (REPO / "tests" / "nbval_sanitize.cfg").read_text()
+    assert [(p.pattern, r) for p, r in sanitize_rules()] == get_sanitize_patterns(cfg)  # what nbval reads
+    nb = _with_output(_read(), 2, {"output_type": "error", "ename": "OSError", "traceback": [
+        "File \x1b[0;32m/home/me/.venv/lib/python3.11/site-packages/torch/_tensor.py:623"],
+        "evalue": "torch 2.14.1+cu130 cannot open /tmp/tmpab12cd/x.pt"})
+    sanitize_outputs(nb)
+    out = _code_cells(nb)[2].outputs[-1]
+    assert out.evalue == "torch 2.14.1+cu130 cannot open <TMPDIR>/x.pt"   # the build suffix is kept
+    assert out.traceback == ["File \x1b[0;32m<site-packages>/torch/_tensor.py:623"]
