@@ -21,7 +21,7 @@ LAB_FLAGS := --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.port_
 	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 	--LabApp.extension_manager=readonly $(ROOT_FLAG)
 
-.PHONY: setup lab test execute html doctor clean
+.PHONY: setup lab test execute html doctor claims clean
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -50,6 +50,20 @@ html: $(STAMP) node_modules/.package-lock.json
 
 doctor: $(STAMP)
 	$(PY) -m nbhelpers doctor
+
+# The rot sentinel: every notebook on another torch, in its own venv; a report per myth-index row under claims/.
+# PyPI's torchvision needs PyPI's torch build: a local "+cpu" file of the same release cannot host its
+# operators ("operator torchvision::nms does not exist"), so that file is excluded. Not part of `make test`.
+CLAIMS_TORCH ?= 2.13.0
+CLAIMS_TORCHVISION ?= 0.28.0
+CLAIMS_VENV := .venv-claims
+OTHER_PINS := $(shell grep -oE '"[A-Za-z0-9_.-]+==[^"]+"' pyproject.toml | grep -vE '"torch(vision)?==' | tr -d '"')
+claims:
+	@test -x $(CLAIMS_VENV)/bin/python || $(PYTHON) -m venv $(CLAIMS_VENV)
+	$(CLAIMS_VENV)/bin/python -m pip install -q "torch==$(CLAIMS_TORCH)" "torch!=$(CLAIMS_TORCH)+cpu" \
+		"torchvision==$(CLAIMS_TORCHVISION)" $(OTHER_PINS) $(PIP_QUIET)
+	$(CLAIMS_VENV)/bin/python -m pip install -q --no-deps -e . $(PIP_QUIET)
+	$(CLAIMS_VENV)/bin/python -m nbhelpers claims --out claims/torch-$(CLAIMS_TORCH).md
 
 clean:
 	rm -rf build data/cache

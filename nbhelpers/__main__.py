@@ -1,4 +1,4 @@
-"""python -m nbhelpers doctor | execute NOTEBOOK... | html --out DIR NOTEBOOK..."""
+"""python -m nbhelpers doctor | execute NOTEBOOK... | html --out DIR NOTEBOOK... | claims --out FILE [NOTEBOOK...]"""
 from __future__ import annotations
 
 import argparse
@@ -22,11 +22,15 @@ def _doctor() -> int:
 
 
 def _execute(notebooks: list[Path]) -> int:
+    import time
+
     from nbhelpers._notebook_tools import execute_notebook
 
     for nb in notebooks:
         print(f"executing {nb} ...", flush=True)
+        start = time.perf_counter()
         execute_notebook(nb)
+        print(f"executed {nb} in {time.perf_counter() - start:.0f} s (kernel start included)", flush=True)
     return 0
 
 
@@ -38,6 +42,12 @@ def _html(notebooks: list[Path], out: Path) -> int:
     return 0
 
 
+def _claims(out: Path, notebooks: list[Path]) -> int:
+    from nbhelpers._claims import main as run_claims
+
+    return run_claims(out, notebooks)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nbhelpers", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -47,11 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     site = sub.add_parser("html", help="build a static site that renders offline")
     site.add_argument("--out", type=Path, default=Path("build/site"))
     site.add_argument("notebooks", nargs="+", type=Path)
+    claims = sub.add_parser("claims", help="run every notebook on this torch; report per myth-index row")
+    claims.add_argument("--out", type=Path, required=True)
+    claims.add_argument("notebooks", nargs="*", type=Path)
     args = parser.parse_args(argv)
     if args.command == "doctor":
         return _doctor()
     if args.command == "execute":
         return _execute(args.notebooks)
+    if args.command == "claims":
+        return _claims(args.out, args.notebooks)
     return _html(args.notebooks, args.out)
 
 

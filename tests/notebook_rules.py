@@ -134,22 +134,27 @@ def output_problems(nb) -> list[str]:
     """
     problems = []
     for i, cell in enumerate(_code(nb)):
-        leading = "\n".join(l for l in cell.source.splitlines()[:3] if l.startswith("#"))
-        for out in cell.get("outputs", []):
-            for field, text in _output_texts(out).items():
-                if ANSI in text and field not in ("traceback", "evalue"):
-                    problems.append(f"code cell {i}: raw ANSI escape codes in its {field} output; "
-                                    "strip them (nbhelpers.stderr_capture) or print plain text")
-                if m := MACHINE_PATH.search(text):
-                    problems.append(f"code cell {i}: a path of this machine ({m.group(0)!r}) in its "
-                                    f"{field} output; add a rule to tests/nbval_sanitize.cfg, then "
-                                    "`make execute`")
-                if STUCK_PROGRESS.search(text):
-                    problems.append(f"code cell {i}: a progress bar stored at 0% ({field}); a static "
-                                    "viewer shows it for ever")
-            if out.get("output_type") == "stream" and out.get("name") == "stderr" \
-                    and not SHOWS_STDERR.search(leading):
-                first = out["text"].splitlines()[0] if out["text"] else ""
-                problems.append(f"code cell {i} wrote to stderr ({first[:80]!r}); silence it in the cell, "
-                                "or start the cell with '# Shows stderr: why' if showing it is the point")
+        problems += dict.fromkeys(_cell_output_problems(i, cell))    # once per cell and kind
+    return problems
+
+
+def _cell_output_problems(i: int, cell) -> list[str]:
+    problems, stderr = [], []
+    for out in cell.get("outputs", []):
+        for field, text in _output_texts(out).items():
+            if ANSI in text and field not in ("traceback", "evalue"):
+                problems.append(f"code cell {i}: raw ANSI escape codes in its {field} output; "
+                                "strip them (nbhelpers.stderr_capture) or print plain text")
+            if m := MACHINE_PATH.search(text):
+                problems.append(f"code cell {i}: a path of this machine ({m.group(0)!r}) in its "
+                                f"{field} output; add a rule to tests/nbval_sanitize.cfg, then `make execute`")
+            if STUCK_PROGRESS.search(text):
+                problems.append(f"code cell {i}: a progress bar stored at 0% ({field}); a static "
+                                "viewer shows it for ever")
+        if out.get("output_type") == "stream" and out.get("name") == "stderr":
+            stderr += out["text"].splitlines()[:1]
+    leading = "\n".join(l for l in cell.source.splitlines()[:3] if l.startswith("#"))
+    if stderr and not SHOWS_STDERR.search(leading):
+        problems.append(f"code cell {i} wrote to stderr ({stderr[0][:80]!r}); silence it in the cell, "
+                        "or start the cell with '# Shows stderr: why' if showing it is the point")
     return problems

@@ -2,6 +2,7 @@
 import copy
 import importlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -167,3 +168,17 @@ def test_execute_stores_sanitized_outputs():
     out = _code_cells(nb)[2].outputs[-1]
     assert out.evalue == "torch 2.14.1+cu130 cannot open <TMPDIR>/x.pt"   # the build suffix is kept
     assert out.traceback == ["File \x1b[0;32m<site-packages>/torch/_tensor.py:623"]
+
+
+RUNS_ON = re.compile(r"\*\*Runs on:\*\* CPU, about (\d+) s on 2 cores")
+README_ROW = re.compile(r"^\| `(\d\d_[a-z0-9_]+)` \| ~(\d+) s\b", re.M)
+
+
+def test_runs_on_times_agree_between_notebooks_and_readme():
+    readme = dict((name, int(s)) for name, s in README_ROW.findall((REPO / "README.md").read_text()))
+    headers = {}
+    for path in NOTEBOOKS:
+        m = RUNS_ON.search(_read(path).cells[0].source)
+        assert m, f"{path.name}: its card needs '**Runs on:** CPU, about N s on 2 cores'"
+        headers[path.stem] = int(m.group(1))
+    assert readme == headers       # one number per notebook, the same in both places
