@@ -42,10 +42,10 @@ def _html(notebooks: list[Path], out: Path) -> int:
     return 0
 
 
-def _claims(out: Path, notebooks: list[Path]) -> int:
+def _claims(out: Path, notebooks: list[Path], reuse: bool) -> int:
     from nbhelpers._claims import main as run_claims
 
-    return run_claims(out, notebooks)
+    return run_claims(out, notebooks, reuse)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     site.add_argument("notebooks", nargs="+", type=Path)
     claims = sub.add_parser("claims", help="run every notebook on this torch; report per myth-index row")
     claims.add_argument("--out", type=Path, required=True)
+    claims.add_argument("--reuse", action="store_true", help="compare the last run's executed copies again")
     claims.add_argument("notebooks", nargs="*", type=Path)
     args = parser.parse_args(argv)
     if args.command == "doctor":
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "execute":
         return _execute(args.notebooks)
     if args.command == "claims":
-        return _claims(args.out, args.notebooks)
+        return _claims(args.out, args.notebooks, args.reuse)
     return _html(args.notebooks, args.out)
 
 

@@ -4,10 +4,11 @@ the claim still holds there.
 Not part of the learners' API (hence the underscore); `make claims` calls it as
 `python -m nbhelpers claims` from a separate environment (`.venv-claims`) with the other torch. Each
 notebook runs on a temporary copy, with errors allowed, so one failing cell or notebook never stops the
-run. A row's section is *held* when every code cell of it ran and printed what the committed notebook
-stored (through the same sanitize rules as strict nbval), *changed* when a cell failed or printed
-something else, and *could not run* when its notebook did not start or the section's cells only failed
-because an earlier cell had (a NameError), or when the row names no notebook.
+run. Claims are assertions, so a row's section is *held* when every code cell of it ran without an
+unexpected exception (a printed line that differs from the committed output, through the same sanitize
+rules as strict nbval, is reported beside it), *changed* when a cell of it failed, and *could not run*
+when its notebook did not start, its cells only failed because an earlier cell had (a NameError), or the
+row names no notebook. The executed copies are kept under build/claims/ for reading.
 """
 from __future__ import annotations
 
@@ -64,37 +65,58 @@ def _shown(outputs, rules) -> list[str]:
     return _clean("".join(shown), rules).splitlines()
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _failing_line(error: dict) -> str:
+    """The line the traceback's arrow points at, in the cell (IPython marks it '---->')."""
+    lines = [_ANSI.sub("", l) for l in error.get("traceback", [])]
+    arrows = [l.split("---->", 1)[1].strip() for t in lines for l in t.splitlines() if "---->" in l]
+    return arrows[0].split(" ", 1)[-1].strip() if arrows else ""
+
+
+def _first_difference(old: str, new: str) -> str:
+    at = next((k for k, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+    start = max(0, at - 30)
+    return f"stored {old[start:at + 50].strip()!r}, got {new[start:at + 50].strip()!r}"
+
+
 def _compare(stored, ran, rules) -> tuple[str, str]:
     expected_error = "raises-exception" in stored.get("metadata", {}).get("tags", [])
     errors = [o for o in ran.get("outputs", []) if o.get("output_type") == "error"]
     if errors and not expected_error:
         status = "cascade" if errors[0]["ename"] in _CASCADE else "failed"
-        return status, f"{errors[0]['ename']}: {(errors[0]['evalue'].splitlines() or [''])[0][:160]}"
+        value = (errors[0]["evalue"].splitlines() or [""])[0][:160]
+        where = _failing_line(errors[0])
+        return status, f"{errors[0]['ename']}: {value}" + (f" at `{where[:120]}`" if where else "")
     if "NBVAL_IGNORE_OUTPUT" in stored.source:
         return "same", ""
     old, new = _shown(stored.get("outputs", []), rules), _shown(ran.get("outputs", []), rules)
     if old == new:
         return "same", ""
-    for a, b in zip(old + [""] * len(new), new + [""] * len(old)):
-        if a != b:
-            return "differs", f"stored {a.strip()[:100]!r}, got {b.strip()[:100]!r}"
-    return "differs", ""
+    return "differs", _first_difference("\n".join(old), "\n".join(new))
 
 
-def run_notebook(path: Path, timeout_s: int = 600) -> NotebookRun:
-    """Execute a temporary copy of `path` in this environment's kernel and compare every code cell."""
+def run_notebook(path: Path, executed: Path, timeout_s: int = 600, reuse: bool = False) -> NotebookRun:
+    """Execute a copy of `path` in this environment's kernel (kept at `executed`) and compare every code
+    cell with the committed one; reuse=True compares an earlier run's copy instead."""
     import nbformat
     from nbclient import NotebookClient
 
     stored = nbformat.read(path, as_version=4)
-    ran = nbformat.read(path, as_version=4)                # executed in memory; the file is not touched
     run = NotebookRun(path.name, started=False)
-    try:
-        NotebookClient(ran, timeout=timeout_s, kernel_name="python3", allow_errors=True,
-                       resources={"metadata": {"path": str(path.parent)}}, record_timing=False,
-                       skip_cells_with_tag="skip-execution").execute()
-    except Exception as error:                             # kernel died, timed out, did not start
-        run.error = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}"
+    if reuse and executed.exists():
+        ran = nbformat.read(executed, as_version=4)
+    else:
+        ran = nbformat.read(path, as_version=4)            # the committed file is never written
+        try:
+            NotebookClient(ran, timeout=timeout_s, kernel_name="python3", allow_errors=True,
+                           resources={"metadata": {"path": str(path.parent)}}, record_timing=False,
+                           skip_cells_with_tag="skip-execution").execute()
+        except Exception as error:                         # kernel died, timed out, did not start
+            run.error = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}"
+        executed.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(executed, nbformat.writes(ran).encode())
     rules = sanitize_rules()
     section, index = "", 0
     for old, new in zip(stored.cells, ran.cells):
@@ -126,16 +148,19 @@ def row_outcomes(rows: list[dict], runs: dict[str, NotebookRun]) -> list[tuple[d
             outcomes.append((row, "could not run", "no notebook settles it (history or other hardware)"))
             continue
         cells = [c for c in run.cells if c.section.startswith(row["heading"])]
+        failed = [c for c in cells if c.status == "failed"]
+        cascade = [c for c in cells if c.status == "cascade"]
+        differs = [c for c in cells if c.status == "differs"]
         if not run.started or not cells:
             outcomes.append((row, "could not run", run.error or "the notebook did not start"))
-        elif all(c.status == "same" for c in cells):
-            outcomes.append((row, "held", ""))
-        elif any(c.status in ("failed", "differs") for c in cells):
-            first = next(c for c in cells if c.status in ("failed", "differs"))
-            outcomes.append((row, "changed", f"code cell {first.index}: {first.detail}"))
+        elif failed:
+            outcomes.append((row, "changed", f"code cell {failed[0].index}: {failed[0].detail}"))
+        elif cascade:
+            outcomes.append((row, "could not run",
+                             f"code cell {cascade[0].index}: {cascade[0].detail} (an earlier cell failed)"))
         else:
-            first = next(c for c in cells if c.status == "cascade")
-            outcomes.append((row, "could not run", f"code cell {first.index}: {first.detail} (an earlier cell failed)"))
+            outcomes.append((row, "held", f"asserts pass; code cell {differs[0].index} printed otherwise: "
+                                          f"{differs[0].detail}" if differs else ""))
     return outcomes
 
 
@@ -159,15 +184,16 @@ def render_report(torch_version: str, runs: dict[str, NotebookRun], outcomes) ->
     return "\n".join(lines) + "\n"
 
 
-def main(out: Path, notebooks: list[Path] | None = None) -> int:
+def main(out: Path, notebooks: list[Path] | None = None, reuse: bool = False) -> int:
     import torch
 
     notebooks = notebooks or sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    version = torch.__version__.split("+")[0]
     runs = {}
     for path in notebooks:
         print(f"running {path.name} on torch {torch.__version__} ...", flush=True)
-        runs[path.name] = run_notebook(path)
+        runs[path.name] = run_notebook(path, REPO / "build" / "claims" / version / path.name, reuse=reuse)
     outcomes = row_outcomes(_rows((NOTEBOOKS / "README.md").read_text()), runs)
-    write_atomic(out, render_report(torch.__version__.split("+")[0], runs, outcomes).encode())
+    write_atomic(out, render_report(version, runs, outcomes).encode())
     print(f"wrote {out}")
     return 0

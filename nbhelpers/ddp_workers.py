@@ -195,13 +195,16 @@ def _three_steps(wrap, rank, skip_dropout=False) -> str:
     ddp = wrap(TwoHeads(skip_dropout))
     optimizer = torch.optim.SGD([p for p in ddp.parameters() if p.requires_grad], lr=0.1)
     x = torch.randn(16, 8, generator=torch.Generator().manual_seed(rank))
-    try:
-        for _ in range(3):
-            optimizer.zero_grad(set_to_none=True)
-            ddp(x).square().mean().backward()
-            optimizer.step()
-    except RuntimeError as e:
-        return str(e).splitlines()[0]
+    for step in range(1, 4):
+        optimizer.zero_grad(set_to_none=True)
+        phase = "forward"
+        try:
+            loss = ddp(x).square().mean()
+            phase = "backward"
+            loss.backward()
+        except RuntimeError as e:                     # which call failed is part of the lesson
+            return f"step {step} {phase}: {str(e).splitlines()[0]}"
+        optimizer.step()
     digests = [None] * dist.get_world_size()
     dist.all_gather_object(digests, _digest(ddp.module))
     return "ok" if len(set(digests)) == 1 else "ok, but the weights differ across ranks"

@@ -97,3 +97,11 @@ def test_evaluate_equals_a_hand_computation_and_restores_modes():
     model[2].eval()
     training.evaluate(model, val)
     assert model.training and model[0].training and not model[2].training
+
+
+def test_the_progress_widget_carries_a_text_that_stays_true():
+    import ipywidgets
+
+    bundle = training._WidgetWithText(ipywidgets.IntProgress(), "fit: 12 epochs")._repr_mimebundle_()
+    assert bundle["text/plain"] == "fit: 12 epochs"                      # what GitHub and nbconvert show
+    assert "application/vnd.jupyter.widget-view+json" in bundle          # what Jupyter shows, live
