@@ -93,13 +93,19 @@ def _collect(processes, channel, results, deadline, timeout_s) -> None:
             continue
         if not ok:
             message, remote = payload
+            _check_alive(processes, results, reporting=rank, grace_s=0.5)   # the rank that caused it, first
             raise RankFailure(rank, message, remote)
         results[rank] = pickle.loads(payload)
 
 
-def _check_alive(processes, results) -> None:
+def _check_alive(processes, results, reporting: int | None = None, grace_s: float = 0.0) -> None:
+    """Raise for a rank whose process exited without reporting. When another rank has just reported an
+    error, give the others `grace_s` to exit: a rank that died hard (os._exit, a segfault) breaks its
+    peers' connections, and its death, not their "connection closed by peer", is the cause to name."""
     for rank, p in enumerate(processes):
-        if rank not in results and p.exitcode not in (None, 0):
+        if rank != reporting and rank not in results and grace_s:
+            p.join(timeout=grace_s / len(processes))
+        if rank != reporting and rank not in results and p.exitcode not in (None, 0):
             raise RankFailure(rank, f"its process exited with code {p.exitcode} before reporting (it could not "
                                     f"start the worker, or was killed); its stderr says why")
 
