@@ -31,7 +31,10 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # Token authentication is on: the URL with ?token=... is printed (set JUPYTER_TOKEN to choose it).
+# The series' notebooks are trusted first (their outputs come from `make execute`): JupyterLab shows an
+# untrusted notebook's widgets and SVG pictures as plain text, so the stored graph views would be blank.
 lab: $(STAMP)
+	@$(VENV)/bin/jupyter trust $(NOTEBOOK_DIR)/*.ipynb > /dev/null
 	exec $(VENV)/bin/jupyter lab $(LAB_FLAGS) $(LAB_ARGS)
 
 test: $(STAMP)

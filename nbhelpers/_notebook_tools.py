@@ -78,6 +78,12 @@ def sanitize_outputs(nb, rules: list[tuple[re.Pattern, str]] | None = None) -> N
                 out["data"]["text/plain"] = clean(out["data"]["text/plain"])
 
 
+def _anywidget_amd() -> Path:
+    import anywidget
+
+    return Path(anywidget.__file__).parent / "nbextension" / "index.js"
+
+
 def build_site(notebooks: list[Path], out: Path) -> list[Path]:
     """Render `notebooks` to HTML under `out`, loading widgets and require.js from `out`/static.
 
@@ -93,6 +99,9 @@ def build_site(notebooks: list[Path], out: Path) -> list[Path]:
     shutil.rmtree(static, ignore_errors=True)
     shutil.copytree(_WIDGET_DIST, static)
     shutil.copy2(_REQUIRE_JS, static / "require.js")
+    # The renderer asks require.js for anywidget.js beside the page, and falls back to a public CDN when
+    # it is missing; anywidget's wheel ships that AMD build (the views' own modules travel in the state).
+    shutil.copy2(_anywidget_amd(), out / "anywidget.js")
     exporter = HTMLExporter(template_name="lab", widget_renderer_url="static/embed-amd.js",
                             require_js_url="static/require.js", mathjax_url="")
     pages = []

@@ -1,16 +1,23 @@
 """A backward graph as plain data: nodes, edges, saved tensors, and the order backward runs them.
 
+Which module's forward created each node is read from the tags `module_scope.record()` leaves on the
+nodes: run the forward inside it to get `Node.module`; without it every node is "(outside modules)".
+
 Example:
+    with module_scope.record():
+        loss = model(x).sum()
     graph = autograd_graph.trace(loss, module=model)
     graph.nodes[graph.root].name                 # 'SumBackward0'
     [graph.nodes[i].name for i in graph.order]   # what loss.backward() will run, in order
 """
 from __future__ import annotations
 
-import heapq
+import functools
 from dataclasses import dataclass
 
 import torch
+
+from nbhelpers.module_scope import OUTSIDE, modules_of
 
 __all__ = ["SavedTensor", "Node", "Edge", "Graph", "trace"]
 
@@ -25,6 +32,9 @@ class SavedTensor:
     shape: tuple[int, ...]
     dtype: torch.dtype
     storage_ptr: int           # equal pointers: the same memory, saved once, shown twice
+    nbytes: int = 0            # of the tensor's elements (numel * element size)
+    version: int = 0           # the tensor's _version when traced
+    packed: str = ""           # set when a saved-tensor hook packed it as a non-tensor: its type name
 
 
 @dataclass(frozen=True)
@@ -35,13 +45,19 @@ class Node:
     is_leaf: bool              # an AccumulateGrad node: it writes a leaf's .grad
     saved: tuple[SavedTensor, ...]
     sequence_nr: int
+    modules: tuple[str, ...] = ()       # the modules running when it was made, outermost first (module_scope)
+
+    @property
+    def module(self) -> str:            # the innermost: the module path whose forward created it
+        return self.modules[-1] if self.modules else OUTSIDE
 
 
 @dataclass(frozen=True)
 class Edge:
     src: int                   # the node whose backward produces a gradient...
-    dst: int                   # ...for this node (src.next_functions[input_nr])
-    input_nr: int
+    dst: int                   # ...for this node: src.next_functions[input_nr] == (dst, dst_input)
+    input_nr: int              # which of src's gradient outputs (its forward op's input) it is
+    dst_input: int = 0         # which of dst's gradient inputs (its forward op's output) receives it
 
 
 @dataclass(frozen=True)
@@ -58,8 +74,8 @@ def trace(t: torch.Tensor, module: torch.nn.Module | None = None) -> Graph:
     ids = {fn: i for i, fn in enumerate(fns)}
     names = {p: n for n, p in module.named_parameters()} if module is not None else {}
     nodes = tuple(_node(i, fn, names) for i, fn in enumerate(fns))
-    edges = tuple(Edge(ids[fn], ids[nxt], k) for fn in fns
-                  for k, (nxt, _) in enumerate(fn.next_functions) if nxt is not None)
+    edges = tuple(Edge(ids[fn], ids[nxt], k, slot) for fn in fns
+                  for k, (nxt, slot) in enumerate(fn.next_functions) if nxt is not None)
     return Graph(nodes, edges, 0, _execution_order(nodes, edges))
 
 
@@ -88,38 +104,111 @@ def _walk(root) -> list:
 def _node(i: int, fn, names: dict) -> Node:
     is_leaf = fn.name() == _ACCUMULATE
     label = (names.get(fn.variable) or f"leaf {tuple(fn.variable.shape)}") if is_leaf else fn.name()
-    return Node(i, fn.name(), label, is_leaf, _saved(fn), fn._sequence_nr())
+    return Node(i, fn.name(), label, is_leaf, _saved(fn), fn._sequence_nr(), modules_of(fn))
 
 
 def _saved(fn) -> tuple[SavedTensor, ...]:
+    """What the node saved, read without unpacking: `_raw_saved_*` is the SavedTensor autograd keeps, and
+    its `.data` is what was packed. Unpacking would run saved-tensor hooks (activation checkpointing
+    recomputes its forward there) and report memory the graph does not hold."""
     saved = []
-    for attr in sorted(a for a in dir(fn) if a.startswith("_saved_")):
-        try:
-            value = getattr(fn, attr)
-        except RuntimeError as e:  # "Trying to backward through the graph a second time ..."
-            raise ValueError(f"{fn.name()}'s saved tensors were freed by backward(): trace the graph "
-                             "before calling backward(), or call backward(retain_graph=True)") from e
-        for k, v in enumerate(value if isinstance(value, (tuple, list)) else (value,)):
-            if isinstance(v, torch.Tensor):
-                name = attr if not isinstance(value, (tuple, list)) else f"{attr}[{k}]"
-                saved.append(SavedTensor(name, tuple(v.shape), v.dtype, v.untyped_storage().data_ptr()))
+    for raw_attr in _raw_saved_names(type(fn)):
+        attr = raw_attr.replace("_raw", "", 1)               # the name the docs use: _saved_self, ...
+        value = getattr(fn, raw_attr)
+        packed = [r.data for r in value] if isinstance(value, (tuple, list)) else [value.data]
+        if all(v is None for v in packed):
+            _raise_if_freed(fn, attr)                        # else it was not needed (an undefined save)
+        for k, v in enumerate(packed):
+            name = attr if not isinstance(value, (tuple, list)) else f"{attr}[{k}]"
+            if v is not None:
+                saved.append(_saved_entry(name, v))
     return tuple(saved)
 
 
+@functools.cache
+def _raw_saved_names(node_type) -> tuple[str, ...]:
+    """A node type's `_raw_saved_*` attributes (dir() is the slow part of tracing a big graph)."""
+    return tuple(sorted(a for a in dir(node_type) if a.startswith("_raw_saved_")))
+
+
+def _raise_if_freed(fn, attr: str) -> None:
+    """Nothing packed: either not needed, or freed by backward(), which only unpacking tells apart."""
+    try:
+        getattr(fn, attr)
+    except RuntimeError as e:  # "Trying to backward through the graph a second time ..."
+        raise ValueError(f"{fn.name()}'s saved tensors were freed by backward(): trace the graph "
+                         "before calling backward(), or call backward(retain_graph=True)") from e
+
+
+def _saved_entry(name: str, v) -> SavedTensor:
+    if isinstance(v, torch.Tensor):
+        return SavedTensor(name, tuple(v.shape), v.dtype, v.untyped_storage().data_ptr(),
+                           v.numel() * v.element_size(), v._version)
+    # a saved-tensor hook packed it as something else (checkpointing's _Holder): no tensor is held
+    return SavedTensor(name, (), torch.float32, 0, 0, 0, packed=type(v).__name__)
+
+
 def _execution_order(nodes: tuple[Node, ...], edges: tuple[Edge, ...]) -> tuple[int, ...]:
-    """Simulate the engine: a node runs once every node feeding it has run; among ready nodes the
-    one with the highest sequence_nr runs first (AccumulateGrad has the largest possible one)."""
+    """Simulate the engine: a node becomes ready once every node feeding it has run, and is pushed on a
+    ready queue then; the queue pops the highest sequence_nr first (AccumulateGrad has the largest
+    possible one). Ties go the way the engine's std::priority_queue sends them (libstdc++'s binary heap,
+    replayed by _Heap), so the order equals what node pre-hooks record."""
     waiting = {n.id: 0 for n in nodes}
     children = {n.id: [] for n in nodes}
-    for e in edges:
+    for e in edges:                                       # edges are in next_functions order per node
         waiting[e.dst] += 1
         children[e.src].append(e.dst)
-    ready, order = [(-nodes[0].sequence_nr, 0)], []
+    ready, order = _Heap(lambda i: nodes[i].sequence_nr), []
+    ready.push(0)
     while ready:
-        _, i = heapq.heappop(ready)
+        i = ready.pop()
         order.append(i)
         for j in children[i]:                             # one decrement per edge, duplicates included
             waiting[j] -= 1
             if waiting[j] == 0:
-                heapq.heappush(ready, (-nodes[j].sequence_nr, j))
+                ready.push(j)
     return tuple(order)
+
+
+class _Heap:
+    """std::priority_queue with a less-than on `key`: push_heap and pop_heap as libstdc++ writes them."""
+
+    def __init__(self, key):
+        self.items, self.key = [], key
+
+    def __bool__(self):
+        return bool(self.items)
+
+    def _less(self, a, b) -> bool:
+        return self.key(a) < self.key(b)
+
+    def push(self, value) -> None:
+        self.items.append(value)
+        self._sift_up(len(self.items) - 1, 0, value)
+
+    def _sift_up(self, hole: int, top: int, value) -> None:
+        parent = (hole - 1) // 2
+        while hole > top and self._less(self.items[parent], value):
+            self.items[hole] = self.items[parent]
+            hole, parent = parent, (parent - 1) // 2
+        self.items[hole] = value
+
+    def pop(self):
+        first, items = self.items[0], self.items
+        value = items.pop()
+        if items:
+            items[0] = first                                # __pop_heap moves the top to the end
+            self._adjust(0, len(items), value)
+        return first
+
+    def _adjust(self, hole: int, length: int, value) -> None:
+        items, top, child = self.items, hole, hole
+        while child < (length - 1) // 2:
+            child = 2 * (child + 1)
+            if self._less(items[child], items[child - 1]):
+                child -= 1
+            items[hole], hole = items[child], child
+        if length % 2 == 0 and child == (length - 2) // 2:
+            child = 2 * (child + 1)
+            items[hole], hole = items[child - 1], child - 1
+        self._sift_up(hole, top, value)

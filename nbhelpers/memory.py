@@ -21,6 +21,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from nbhelpers import module_scope
+
 __all__ = ["OpEvent", "Allocation", "Tracker", "track", "Timeline", "timeline", "SavedBytes",
            "saved_bytes_by_module", "cuda_history", "plot_timeline"]
 
@@ -60,63 +62,8 @@ class Tracker:
     peak_bytes: int = 0
 
 
-class _ModuleStack:
-    """Which module is running: a stack kept by global forward hooks, and in backward the module tag
-    each autograd node got when its forward ran. Unlike torch.utils.module_tracker.ModuleTracker, it
-    registers no hooks on tensors, which would create reference cycles that keep graphs alive until
-    the garbage collector runs, and so change the very lifetimes being measured."""
-
-    def __init__(self):
-        self.stack: list[tuple[str, torch.nn.Module]] = []
-        self.handles = []
-
-    def __enter__(self):
-        self.handles = [torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
-                        torch.nn.modules.module.register_module_forward_hook(self._leave_module)]
-        return self
-
-    def __exit__(self, *exc):
-        for h in self.handles:
-            h.remove()
-
-    def current(self) -> tuple[str, str]:
-        node = torch._C._current_autograd_node()
-        if node is not None:
-            return node.metadata.get(_TAG, "(outside modules)"), "backward"
-        return (self.stack[-1][0] if self.stack else "(outside modules)"), "forward"
-
-    def _enter_module(self, module, args):
-        name = type(module).__name__
-        if self.stack:
-            parent_name, parent = self.stack[-1]
-            attr = next((n for n, child in parent.named_children() if child is module), None)
-            name = f"{parent_name}.{attr}" if attr else name
-        self.stack.append((name, module))
-
-    def _leave_module(self, module, args, output):
-        name = self.stack.pop()[0] if self.stack else type(module).__name__
-        for t in tree_flatten(output)[0]:
-            if isinstance(t, torch.Tensor) and t.grad_fn is not None:
-                _tag_new_nodes(t.grad_fn, name)
-
-
-_TAG = "nbhelpers.memory.module"
-
-
-def _tag_new_nodes(node, name: str) -> None:
-    """Tag the autograd nodes a module's forward created (innermost modules finish first, so a node
-    keeps the most specific name); stop at nodes tagged before."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n is None or _TAG in n.metadata:
-            continue
-        n.metadata[_TAG] = name
-        stack.extend(f for f, _ in n.next_functions)
-
-
 class _LiveBytes(TorchDispatchMode):
-    def __init__(self, tracker: Tracker, modules: "_ModuleStack", cuda: bool):
+    def __init__(self, tracker: Tracker, modules, cuda: bool):
         super().__init__()
         self.tracker, self.modules, self.cuda = tracker, modules, cuda
         self.live: dict[int, Allocation] = {}
@@ -167,7 +114,7 @@ def track(device: torch.device | str | None = None) -> Iterator[Tracker]:
     """
     tracker = Tracker()
     cuda = device is not None and torch.device(device).type == "cuda"
-    modules = _ModuleStack()
+    modules = module_scope.record()
     with modules, _LiveBytes(tracker, modules, cuda):
         yield tracker
 
@@ -218,7 +165,7 @@ def saved_bytes_by_module(model: Callable[..., torch.Tensor],
     each saved tensor; a tensor saved twice counts twice, as in the graph's `_saved_*` attributes.
     """
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    modules = _ModuleStack()
+    modules = module_scope.record()
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         entry = totals[modules.current()[0]]

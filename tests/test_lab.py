@@ -163,18 +163,71 @@ def test_environment_notebook_runs_in_jupyterlab(page, lab):
     page.screenshot(path=str(SCREENSHOTS / "00_environment.png"))
 
 
+def _graph_views(page):
+    return page.locator(".jp-OutputArea-output .gv")
+
+
 @pytest.mark.browser
-def test_autograd_explorer_shows_a_nodes_saved_tensors(page, lab):
+def test_the_committed_graph_notebook_shows_every_graph_without_running(page, lab):
+    page.goto(f"{lab['base']}/lab/tree/02_autograd_graph.ipynb?token={lab['token']}&reset")
+    page.locator(".jp-NotebookPanel").first.wait_for()
+    page.wait_for_function(KERNEL_READY, timeout=120_000)             # the widget manager restores then
+    views = _graph_views(page)
+    views.nth(4).locator(".gv-box").first.wait_for(timeout=60_000)     # five views, from the stored state
+    assert views.count() == 5 and all(views.nth(k).locator(".gv-box").count() > 0 for k in range(5))
+    assert views.nth(4).locator(".gv-pane").count() == 2               # the diff, side by side
+    views.nth(0).locator(".gv-box", has_text="AddmmBackward0").nth(1).click()   # and it responds, unrun
+    assert "NeuralNetwork.core.fc1" in views.nth(0).locator(".gv-details").inner_text()
+
+
+@pytest.mark.browser
+def test_graph_view_interactions_in_jupyterlab(page, lab):
     open_and_run_all(page, lab, "02_autograd_graph.ipynb")
     page.locator(".jp-OutputArea-output", has_text="characters of SVG").first.wait_for(timeout=240_000)
-    explorer = page.locator(".widget-vbox").first                    # the CNN's explorer
-    select = explorer.locator(".widget-dropdown select")
-    conv = next(t for t in select.locator("option").all_inner_texts() if "ConvolutionBackward0" in t)
-    select.select_option(label=conv)                                  # the kernel redraws the panels
-    saved = explorer.locator(".graph-node-details li.saved")
-    saved.filter(has_text="_saved_weight").first.wait_for(timeout=30_000)
-    assert {"_saved_input", "_saved_weight"} <= {t.split()[0] for t in saved.all_inner_texts()}
-    assert explorer.locator("svg g.node").count() == 12
-    explorer.scroll_into_view_if_needed()
+    mlp = _graph_views(page).nth(0)
+    timings = {}
+    # click: the panel shows graph_view.details() for fc1's AddmmBackward0, word for word
+    box = mlp.locator(".gv-box", has_text="AddmmBackward0").nth(1)
+    timings["click"] = _timed_click(page, box, mlp.locator(".gv-details dd").first)
+    details = mlp.locator(".gv-details").inner_text()
+    assert "NeuralNetwork.core.fc1" in details and "_saved_mat1 [32, 784] float32 100,352 B storage #7 version 0" in details
+    # hover: the residual block's inner ReLU lights up conv2, which saved the same storage
+    residual = _graph_views(page).nth(2)
+    residual.locator(".gv-box", has_text="ConvolutionBackward0").first.hover()
+    assert "boxes share its saved memory" in residual.locator(".gv-info").inner_text()
+    assert residual.locator(".gv-box.gv-share").count() >= 1
+    # search
+    resnet = _graph_views(page).nth(3)
+    resnet.locator(".gv-search").fill("downsample")
+    assert resnet.locator(".gv-info").inner_text().endswith('boxes match "downsample"')
+    assert resnet.locator(".gv-box.gv-match").count() >= 1
+    # collapse and expand
+    assert resnet.locator(".gv-depth").inner_text() == "depth 1 of 5: 12 boxes"
+    start = time.perf_counter()
+    resnet.locator(".gv-box", has_text="layer1").first.click()
+    assert resnet.locator(".gv-depth").inner_text() == "depth 2 of 5: 22 boxes"
+    timings["expand"] = time.perf_counter() - start
+    resnet.locator(".gv-collapse").click()
+    assert resnet.locator(".gv-depth").inner_text() == "depth 1 of 5: 12 boxes"
+    # the stepper: step 1 runs the root
+    mlp.locator(".gv-forward").click()
+    assert mlp.locator(".gv-info").inner_text() == "step 1 of 12: runs NllLossBackward0"
+    assert mlp.locator(".gv-box.gv-run").count() == 1
+    # the traits reach the kernel: click a ResNet box, run the cell that reads them
+    resnet.locator(".gv-box", has_text="SumBackward0").first.click()       # a node box: selects it
+    reader = page.locator(".jp-CodeCell", has_text="print(\"selected:\", resnet_view.selected").first
+    reader.click()
+    page.evaluate("window.jupyterapp.commands.execute('notebook:run-cell')")
+    reader.locator(".jp-OutputArea-output", has_text="selected: 0 | step: -1 | depth: 1").wait_for()
+    assert "SumBackward0 ('module', '(outside modules)')" in reader.locator(".jp-OutputArea-output").inner_text()
+    mlp.scroll_into_view_if_needed()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "02_autograd_graph.png"))
+    print("browser timings (s):", {k: round(v, 3) for k, v in timings.items()})
+
+
+def _timed_click(page, target, appears) -> float:
+    start = time.perf_counter()
+    target.click()
+    appears.wait_for()
+    return time.perf_counter() - start

@@ -28,23 +28,43 @@ def site(tmp_path_factory):
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, widget_nb)
     _notebook_tools.execute_notebook(widget_nb)                 # stores the widget state
-    pages = _notebook_tools.build_site([REPO / "notebooks" / "00_environment.ipynb", widget_nb], root / "out")
+    hostile_nb = root / "98_hostile.ipynb"
+    hostile = new_notebook(cells=[new_code_cell(HOSTILE_CELL)])
+    hostile.metadata["kernelspec"] = nb.metadata["kernelspec"]
+    nbformat.write(hostile, hostile_nb)
+    _notebook_tools.execute_notebook(hostile_nb)
+    pages = _notebook_tools.build_site([REPO / "notebooks" / "00_environment.ipynb", REPO / "notebooks" /
+                                        "02_autograd_graph.ipynb", hostile_nb, widget_nb], root / "out")
     return root / "out", pages
+
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+HOSTILE_CELL = f"""import torch
+from torch import nn
+from nbhelpers import autograd_graph, graph_view, module_scope
+model = nn.Sequential()
+model.add_module({HOSTILE!r}, nn.Linear(3, 3))          # a module name from user code
+model.add_module("next", nn.Tanh())
+with module_scope.record():
+    loss = model(torch.randn(2, 3)).sum()
+graph_view.show(graph_view.from_autograd(autograd_graph.trace(loss, module=model)))"""
 
 
 def test_pages_name_no_remote_script_or_style(site):
     out, pages = site
-    assert [p.name for p in pages] == ["00_environment.html", "99_widget.html"]
+    assert [p.name for p in pages] == ["00_environment.html", "02_autograd_graph.html", "98_hostile.html",
+                                       "99_widget.html"]
     for page in pages:
         html = page.read_text()
         remote = re.findall(r'<(?:script|link)[^>]+(?:src|href)="(https?://[^"]+)"', html)
         assert not remote, f"{page.name} loads {remote}"
         has_widgets = "application/vnd.jupyter.widget-state+json" in html
-        assert has_widgets == (page.name == "99_widget.html")
+        assert has_widgets == (page.name != "00_environment.html")
         if has_widgets:                                          # the renderer comes from static/
             assert 'src="static/require.js"' in html and "widgetRendererSrc = 'static/embed-amd.js'" in html
         assert "unpkg.com" not in html and "require.min.js" not in html   # nbconvert's CDN defaults
     assert (out / "static" / "embed-amd.js").is_file() and (out / "index.html").is_file()
+    assert 'define(["@jupyter-widgets/base"]' in (out / "anywidget.js").read_text()   # anywidget's AMD build
 
 
 @pytest.fixture
@@ -68,4 +88,40 @@ def test_widget_renders_offline(served):
         assert readout.inner_text() == "3"
         page.goto(f"{served}/00_environment.html")
         assert page.locator(".jp-OutputArea-output img").count() == 1
+    assert not blocked, f"the site tried to leave the machine: {blocked}"
+
+
+@pytest.mark.browser
+def test_graph_views_respond_offline_in_the_static_site(served):
+    with browser.local_page(served) as (page, blocked):
+        page.goto(f"{served}/02_autograd_graph.html")
+        views = page.locator(".gv")
+        views.nth(4).locator(".gv-box").first.wait_for(timeout=60_000)
+        mlp, resnet = views.nth(0), views.nth(3)
+        mlp.locator(".gv-box", has_text="AddmmBackward0").nth(1).click()          # click: details
+        details = mlp.locator(".gv-details").inner_text()
+        assert "NeuralNetwork.core.fc1" in details and "_saved_mat1 [32, 784] float32 100,352 B" in details
+        assert resnet.locator(".gv-depth").inner_text() == "depth 1 of 5: 12 boxes"
+        resnet.locator(".gv-box", has_text="layer1").first.click()                 # expand a module
+        assert resnet.locator(".gv-depth").inner_text() == "depth 2 of 5: 22 boxes"
+        resnet.locator(".gv-collapse").click()                                     # and collapse it again
+        assert resnet.locator(".gv-depth").inner_text() == "depth 1 of 5: 12 boxes"
+    assert not blocked, f"the site tried to leave the machine: {blocked}"
+
+
+@pytest.mark.browser
+def test_a_hostile_module_name_shows_as_text_and_runs_nothing(served):
+    with browser.local_page(served) as (page, blocked):
+        dialogs = []
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(f"{served}/98_hostile.html")
+        view = page.locator(".gv").first
+        view.locator(".gv-box").first.wait_for(timeout=60_000)
+        texts = lambda: [view.locator(".gv-box").nth(k).text_content() for k in range(view.locator(".gv-box").count())]  # noqa: E731
+        assert any(f"{HOSTILE}.weight" in t for t in texts())                 # a parameter's name, as text
+        view.locator(".gv-box", has_text="AddmmBackward0").first.click()
+        assert f"Sequential.{HOSTILE}" in view.locator(".gv-details").inner_text()
+        view.locator(".gv-collapse").click()
+        assert any(t.startswith(f"{HOSTILE} (") for t in texts())            # the module's box, as text
+        assert view.locator("img").count() == 0 and dialogs == []
     assert not blocked, f"the site tried to leave the machine: {blocked}"

@@ -1,6 +1,7 @@
-"""Benchmark (not a test): trace, lay out and render a ~2,000-node autograd graph to SVG.
+"""Benchmark (not a test): trace, group by module, lay out and render a ~2,000-node autograd graph to SVG.
 
     python tests/benchmarks/autograd_graph_2000.py            # nbhelpers only
+    python tests/benchmarks/autograd_graph_2000.py --scale 10 # the same, ~20,000 nodes
     python tests/benchmarks/autograd_graph_2000.py --torchviz # also torchviz make_dot(...).pipe() (needs
                                                               # `pip install torchviz` and graphviz's `dot`)
 The graph: a stack of residual MLP blocks, so it branches and merges like a real network.
@@ -12,16 +13,33 @@ import time
 import torch
 from torch import nn
 
-from nbhelpers import autograd_graph, graph_drawing
+from nbhelpers import autograd_graph, graph_view, module_scope
 
 
-def build_loss(blocks: int = 182) -> torch.Tensor:
+class Stack(nn.Module):
+    def __init__(self, blocks: int):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16))
+                                    for _ in range(blocks))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = torch.relu(x + block(x))                  # (4, 16)
+        return x.sum()
+
+
+def build_loss(blocks: int = 182):
     torch.manual_seed(0)
-    layers = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16)) for _ in range(blocks))
-    x = torch.randn(4, 16)
-    for layer in layers:
-        x = torch.relu(x + layer(x))                      # (4, 16)
-    return x.sum()
+    model = Stack(blocks)
+    with module_scope.record():
+        loss = model(torch.randn(4, 16))
+    return loss, model
+
+
+def trace_to_svg(loss, model) -> str:
+    data = graph_view.from_autograd(autograd_graph.trace(loss, module=model))
+    views = graph_view.views(data)
+    return graph_view.render_svg(views[graph_view.first_depth(views)])
 
 
 def time_it(fn, repeats: int = 5) -> float:
@@ -36,11 +54,12 @@ def time_it(fn, repeats: int = 5) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--torchviz", action="store_true")
+    parser.add_argument("--scale", type=int, default=1)
     args = parser.parse_args()
-    loss = build_loss()
+    loss, model = build_loss(182 * args.scale)
     nodes = len(autograd_graph.trace(loss).nodes)
-    ours = time_it(lambda: graph_drawing.render_svg(autograd_graph.trace(loss)))
-    print(f"{nodes} nodes: nbhelpers trace + layout + SVG, median of 5: {ours:.3f} s")
+    ours = time_it(lambda: trace_to_svg(loss, model), repeats=5 if args.scale == 1 else 3)
+    print(f"{nodes} nodes: nbhelpers trace + grouping + layout of every depth + SVG, median: {ours:.3f} s")
     if args.torchviz:
         from torchviz import make_dot
 

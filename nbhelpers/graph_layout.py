@@ -1,0 +1,262 @@
+"""A layered (Sugiyama-style) drawing of any directed graph: boxes in layers, edges routed between them.
+
+The steps are the classic ones: break cycles (reverse a DFS's back edges, for the layout only), give each
+node a layer (longest path, so every edge points down), replace an edge that spans several layers by a
+chain of zero-size dummy points, order each layer to reduce crossings (barycentre sweeps down and up,
+keeping the best order seen, then adjacent swaps while they help), and place boxes left to right with
+their centres pulled towards their neighbours'. An edge is drawn from the bottom of its source box,
+through its dummy points, to the top of its target box; every segment lies in the gap between two
+layers or in a dummy's own slot, so no edge crosses a box. Everything is deterministic: the same graph
+gives the same numbers.
+
+Example:
+    drawing = graph_layout.layout(3, [(0, 1), (1, 2), (0, 2)], widths=[120, 120, 120])
+    drawing.boxes[2], drawing.routes[2]        # (x, y, w, h) and the points of edge 0 -> 2
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+
+__all__ = ["layout", "crossings", "cycle_edges"]      # layout() returns a Drawing
+
+BOX_H, LAYER_GAP, BOX_GAP, DUMMY_W, MARGIN = 30.0, 40.0, 16.0, 8.0, 10.0
+
+
+@dataclass(frozen=True)
+class Drawing:
+    """Where each node's box goes and the polyline of each edge, in pixels (y grows downwards)."""
+
+    boxes: tuple[tuple[float, float, float, float], ...]     # per node: x, y, width, height
+    routes: tuple[tuple[tuple[float, float], ...], ...]      # per edge, in the order given
+    width: float
+    height: float
+    layers: tuple[int, ...]                                  # per node
+
+
+def layout(n: int, edges: list[tuple[int, int]], widths: list[float], sweeps: int = 8) -> Drawing:
+    """Lay out nodes 0..n-1 with the given box widths; cycles are allowed (some edges then point up)."""
+    _check(n, edges, widths)
+    upward = _back_edges(n, edges)
+    forward = [(d, s) if k in upward else (s, d) for k, (s, d) in enumerate(edges)]
+    layer = _layers(n, forward)
+    chains, nodes_in = _split_long_edges(n, forward, layer)
+    order = _order(nodes_in, chains, sweeps if n <= 2000 else min(sweeps, 4), n)   # big graphs: fewer sweeps
+    x = _place(order, chains, widths, n)
+    return _draw(n, edges, upward, chains, layer, order, x, widths)
+
+
+def crossings(drawing: Drawing) -> int:
+    """Pairs of edge segments that cross between adjacent layers (the usual Sugiyama measure)."""
+    by_gap: dict[float, list[tuple[float, float]]] = {}
+    for route in drawing.routes:
+        for (x1, y1), (x2, y2) in zip(route, route[1:]):
+            if y1 != y2:
+                top, bottom = (x1, x2) if y1 < y2 else (x2, x1)
+                by_gap.setdefault(min(y1, y2), []).append((top, bottom))
+    return sum(_inversions(sorted(segs)) for segs in by_gap.values())
+
+
+def cycle_edges(n: int, edges: list[tuple[int, int]]) -> list[int]:
+    """Indices of edges that close a cycle (a depth-first search's back edges, and self-loops)."""
+    return sorted(_back_edges(n, edges))
+
+
+def _check(n: int, edges, widths) -> None:
+    if len(widths) != n:
+        raise ValueError(f"widths has {len(widths)} entries for {n} nodes; pass one width per node")
+    for s, d in edges:
+        if not (0 <= s < n and 0 <= d < n):
+            raise ValueError(f"edge ({s}, {d}) names a node outside 0..{n - 1}; pass edges between known nodes")
+
+
+def _back_edges(n: int, edges) -> set[int]:
+    """Indices of edges that close a cycle in an iterative DFS from every node in id order."""
+    out: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for k, (s, d) in enumerate(edges):
+        out[s].append((d, k))
+    state, back = [0] * n, set()                     # 0 new, 1 on the stack, 2 done
+    for start in range(n):
+        if state[start]:
+            continue
+        stack = [(start, iter(out[start]))]
+        state[start] = 1
+        while stack:
+            node, it = stack[-1]
+            for d, k in it:
+                if state[d] == 1:
+                    back.add(k)
+                elif state[d] == 0:
+                    state[d] = 1
+                    stack.append((d, iter(out[d])))
+                    break
+            else:
+                state[node] = 2
+                stack.pop()
+    return back | {k for k, (s, d) in enumerate(edges) if s == d}
+
+
+def _layers(n: int, forward) -> list[int]:
+    """Longest path from the sources, in a Kahn topological order."""
+    indeg, out = [0] * n, [[] for _ in range(n)]
+    for s, d in forward:
+        if s != d:
+            indeg[d] += 1
+            out[s].append(d)
+    layer = [0] * n
+    ready = [v for v in range(n) if indeg[v] == 0]
+    while ready:
+        v = ready.pop()
+        for d in out[v]:
+            layer[d] = max(layer[d], layer[v] + 1)
+            indeg[d] -= 1
+            if indeg[d] == 0:
+                ready.append(d)
+    return layer
+
+
+def _split_long_edges(n: int, forward, layer):
+    """Each edge as a chain of vertices, one per layer it passes (dummies numbered from n up)."""
+    chains, nodes_in, next_id = [], {}, n
+    for v in range(n):
+        nodes_in.setdefault(layer[v], []).append(v)
+    for s, d in forward:
+        chain = [s]
+        for depth in range(layer[s] + 1, layer[d]):
+            chain.append(next_id)
+            nodes_in.setdefault(depth, []).append(next_id)
+            next_id += 1
+        chains.append(chain + [d] if s != d else [s])
+    return chains, [nodes_in.get(k, []) for k in range(max(nodes_in) + 1)]
+
+
+def _neighbours(chains, total: int):
+    up, down = [[] for _ in range(total)], [[] for _ in range(total)]
+    for chain in chains:
+        for a, b in zip(chain, chain[1:]):
+            down[a].append(b)
+            up[b].append(a)
+    return up, down
+
+
+def _order(nodes_in, chains, sweeps: int, n: int) -> list[list[int]]:
+    total = max([n] + [v + 1 for row in nodes_in for v in row])
+    up, down = _neighbours(chains, total)
+    order = [list(row) for row in nodes_in]
+    best, best_count = [list(r) for r in order], _count(order, down)
+    for sweep in range(sweeps):
+        downward = sweep % 2 == 0
+        rows = range(1, len(order)) if downward else range(len(order) - 2, -1, -1)
+        for k in rows:
+            fixed = order[k - 1] if downward else order[k + 1]
+            _sort_by_barycentre(order[k], fixed, up if downward else down)
+        count = _count(order, down)
+        if count < best_count:
+            best, best_count = [list(r) for r in order], count
+    if total <= 4000:                                # swaps cost O(width^2) per layer; skip for huge graphs
+        _transpose(best, up, down)
+    return best
+
+
+def _sort_by_barycentre(row: list[int], fixed: list[int], links) -> None:
+    pos = {v: i for i, v in enumerate(fixed)}
+    current = {v: i for i, v in enumerate(row)}
+
+    def key(v):
+        ps = [pos[u] for u in links[v] if u in pos]
+        return (sum(ps) / len(ps) if ps else current[v], current[v])
+    row.sort(key=key)
+
+
+def _count(order, down) -> int:
+    total = 0
+    for upper, lower in zip(order, order[1:]):
+        pos = {v: i for i, v in enumerate(lower)}
+        pairs = sorted((i, pos[w]) for i, v in enumerate(upper) for w in down[v] if w in pos)
+        total += _inversions(pairs)
+    return total
+
+
+def _inversions(pairs) -> int:
+    """Crossings of segments sorted by their top end: inversions of their bottom ends (merge count)."""
+    seen, count = [], 0
+    for _, b in pairs:                               # bisect into a sorted list: fast for these sizes
+        i = bisect_right(seen, b)
+        count += len(seen) - i                       # earlier segments ending strictly to the right
+        seen.insert(i, b)
+    return count
+
+
+def _transpose(order, up, down) -> None:
+    """Swap neighbours in a layer while that lowers the crossings with both adjacent layers."""
+    improved, rounds = True, 0
+    while improved and rounds < 4:
+        improved, rounds = False, rounds + 1
+        for k, row in enumerate(order):
+            above = {v: i for i, v in enumerate(order[k - 1])} if k else {}
+            below = {v: i for i, v in enumerate(order[k + 1])} if k + 1 < len(order) else {}
+            for i in range(len(row) - 1):
+                a, b = row[i], row[i + 1]
+                if _pair_cost(b, a, up, down, above, below) < _pair_cost(a, b, up, down, above, below):
+                    row[i], row[i + 1] = b, a
+                    improved = True
+
+
+def _pair_cost(left, right, up, down, above, below) -> int:
+    cost = 0
+    for links, pos in ((up, above), (down, below)):
+        ls = [pos[u] for u in links[left] if u in pos]
+        rs = [pos[u] for u in links[right] if u in pos]
+        cost += sum(1 for p in ls for q in rs if p > q)
+    return cost
+
+
+def _place(order, chains, widths, n: int) -> dict[int, float]:
+    """Centre x of every vertex: packed left to right, then pulled towards neighbours' centres."""
+    total = max([n] + [v + 1 for row in order for v in row])
+    up, down = _neighbours(chains, total)
+    width = lambda v: widths[v] if v < n else DUMMY_W      # noqa: E731
+    x = {}
+    for row in order:
+        cursor = MARGIN
+        for v in row:
+            x[v] = cursor + width(v) / 2
+            cursor += width(v) + BOX_GAP
+    for sweep in range(6):
+        rows = range(len(order)) if sweep % 2 == 0 else range(len(order) - 1, -1, -1)
+        for k in rows:
+            links = up if sweep % 2 == 0 else down
+            wanted = [(sum(x[u] for u in links[v]) / len(links[v]) if links[v] else x[v]) for v in order[k]]
+            _fit(order[k], wanted, width, x)
+    shift = MARGIN - min(x[v] - width(v) / 2 for row in order for v in row)
+    return {v: c + shift for v, c in x.items()}
+
+
+def _fit(row, wanted, width, x) -> None:
+    """Positions as close to `wanted` as the order and the gaps allow (a left pass, then a right pass)."""
+    pos = list(wanted)
+    for i in range(1, len(row)):
+        least = pos[i - 1] + (width(row[i - 1]) + width(row[i])) / 2 + BOX_GAP
+        pos[i] = max(pos[i], least)
+    for i in range(len(row) - 2, -1, -1):
+        most = pos[i + 1] - (width(row[i]) + width(row[i + 1])) / 2 - BOX_GAP
+        pos[i] = min(pos[i], most)
+    for v, p in zip(row, pos):
+        x[v] = p
+
+
+def _draw(n, edges, upward, chains, layer, order, x, widths) -> Drawing:
+    top = lambda depth: MARGIN + depth * (BOX_H + LAYER_GAP)     # noqa: E731
+    boxes = tuple((round(x[v] - widths[v] / 2, 1), top(layer[v]), float(widths[v]), BOX_H) for v in range(n))
+    depth_of = {v: k for k, row in enumerate(order) for v in row}
+    routes = []
+    for k, chain in enumerate(chains):
+        points = [(round(x[chain[0]], 1), top(depth_of[chain[0]]) + BOX_H)]
+        for v in chain[1:-1]:
+            points += [(round(x[v], 1), top(depth_of[v])), (round(x[v], 1), top(depth_of[v]) + BOX_H)]
+        if len(chain) > 1:
+            points.append((round(x[chain[-1]], 1), top(depth_of[chain[-1]])))
+        routes.append(tuple(reversed(points)) if k in upward else tuple(points))
+    right = max(b[0] + b[2] for b in boxes) if boxes else 0.0
+    bottom = max((b[1] + b[3] for b in boxes), default=0.0)
+    return Drawing(boxes, tuple(routes), round(right + MARGIN, 1), bottom + MARGIN, tuple(layer))

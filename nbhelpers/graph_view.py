@@ -1,0 +1,290 @@
+"""A graph you can click, in JupyterLab, in the offline static site, and as a picture everywhere else.
+
+Data in, a widget out: `GraphData` holds nodes (label, kind, module path, the rows its details panel
+shows, saved bytes, storage identities) and edges; `show(data)` returns an anywidget whose front-end,
+`graph_view.js` (hand-written, no dependencies), draws it and handles clicks, hovers, search, collapse
+and expand, pan and zoom, and a backward stepper, with no kernel round trip. Python computes everything
+that must be right, including the layout (`graph_layout`, one algorithm); the browser only shows it.
+
+Collapsing works without a kernel because every collapsed view is laid out in advance: view `d` shows
+each node made inside at most `d` nested modules (the chain `module_scope` records), and merges the others
+into one box per module at nesting level `d` (a box shows its node count and saved bytes). Clicking a module box opens the
+next depth; the panel's module path collapses back to any ancestor. The first view is the deepest one
+with at most 300 boxes. The widget's mime bundle also carries that view as SVG, so GitHub, nbconvert,
+strict nbval and an untrusted notebook show (and compare) the picture. Names from user code are data:
+the front-end puts them in with `textContent`, never as HTML.
+
+Example:
+    with module_scope.record():
+        loss = model(x).sum()
+    graph_view.show(graph_view.from_autograd(autograd_graph.trace(loss, module=model)))
+"""
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from nbhelpers import graph_layout
+from nbhelpers.autograd_graph import Graph
+
+__all__ = ["ViewNode", "GraphData", "from_autograd", "views", "first_depth", "details", "render_svg", "show",
+           "show_diff", "MAX_BOXES"]                 # View is what views() returns
+
+MAX_BOXES = 300          # the first view is the deepest with at most this many boxes
+MAX_DRAWN = 8000         # views with more boxes are not laid out
+_ESM = Path(__file__).with_name("graph_view.js")
+
+
+@dataclass(frozen=True)
+class ViewNode:
+    label: str
+    kind: str                                  # "op", "leaf" (writes a .grad), "saves" (keeps tensors)
+    group: tuple[str, ...] = ()                # the modules running when it was made, outermost first
+    saved: tuple[tuple, ...] = ()              # (attr, shape, dtype, bytes, storage id, version) each
+    targets: tuple[int, ...] = ()              # the nodes its gradients go to
+    op: str = ""                               # for a leaf, the node's op (its title is the parameter)
+    mark: str = ""                             # in a diff: "added", "removed" or "changed"
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(s[3] for s in self.saved)
+
+    @property
+    def storages(self) -> tuple[int, ...]:     # small ids in first-seen order; equal ids share memory
+        return tuple(s[4] for s in self.saved)
+
+
+@dataclass(frozen=True)
+class GraphData:
+    nodes: tuple[ViewNode, ...]
+    edges: tuple[tuple[int, int], ...]         # (from, to): gradients flow from -> to
+    order: tuple[int, ...] = ()                # what the stepper walks (backward's order)
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class View:
+    """One depth: boxes (a node, or a collapsed module) with their places, and edges between them."""
+
+    depth: int
+    boxes: tuple[dict, ...]                    # key, label, kind, members, bytes, x, y, w, h
+    edges: tuple[dict, ...]                    # from, to (box indices), points
+    width: float
+    height: float
+
+
+def from_autograd(graph: Graph) -> GraphData:
+    """A backward graph as view data: each node's op, saved tensors, where its gradients go."""
+    storage_ids: dict[int, int] = {}
+    targets_of: dict[int, list[int]] = {n.id: [] for n in graph.nodes}
+    for e in graph.edges:
+        targets_of[e.src].append(e.dst)
+    nodes = []
+    for n in graph.nodes:
+        saved = tuple((s.attr, s.shape, str(s.dtype).replace("torch.", ""), s.nbytes,
+                       storage_ids.setdefault(s.storage_ptr, len(storage_ids)), s.version) for s in n.saved)
+        group = n.modules
+        kind = "leaf" if n.is_leaf else "saves" if n.saved else "op"
+        nodes.append(ViewNode(n.label, kind, group, saved, tuple(targets_of[n.id]), n.name if n.is_leaf else ""))
+    return GraphData(tuple(nodes), tuple((e.src, e.dst) for e in graph.edges), graph.order)
+
+
+def details(data: GraphData, node: int) -> tuple[tuple[str, str], ...]:
+    """What the panel shows for `node`, as (field, text) rows; graph_view.js formats them the same way
+    (a test compares the two in a browser)."""
+    _check_node(data, node, "node")
+    n = data.nodes[node]
+    rows = [("op", n.op)] if n.op else []
+    rows.append(("module", n.group[-1] if n.group else "(outside modules)"))
+    rows += [("saved", f"{attr} [{', '.join(map(str, shape))}] {dtype} {nbytes:,} B storage #{sid} version {v}")
+             for attr, shape, dtype, nbytes, sid, v in n.saved]
+    labels = [data.nodes[t].label for t in n.targets]
+    rows.append(("gradients to", ", ".join(labels) if labels else "none"))
+    if n.kind == "leaf":
+        rows.append(("fills", f"{n.label}.grad"))
+    if n.mark:
+        rows.append(("diff", n.mark))
+    return tuple(rows)
+
+
+def views(data: GraphData) -> tuple[View, ...]:
+    """One laid-out view per depth, from everything collapsed to every node shown, as long as a view has
+    at most MAX_DRAWN boxes: a deeper one (a graph of tens of thousands of nodes) is not laid out, since
+    no browser draws it usefully; search and the shallower views still reach every node."""
+    _check(data)
+    deepest = max((len(n.group) for n in data.nodes), default=0)
+    depths = [d for d in range(deepest + 1) if d == 0 or _box_count(data, d) <= MAX_DRAWN]
+    return tuple(_view(data, d) for d in range(len(depths)) if d in depths)
+
+
+def _box_count(data: GraphData, depth: int) -> int:
+    return len({n.group[depth] if len(n.group) > depth else i for i, n in enumerate(data.nodes)})
+
+
+def _view(data: GraphData, depth: int) -> View:
+    keys, boxes, box_of = {}, [], []
+    for i, n in enumerate(data.nodes):
+        key = f"g:{n.group[depth]}" if len(n.group) > depth else f"n:{i}"
+        if key not in keys:
+            keys[key] = len(boxes)
+            label = _relative(n.group[depth], n.group[depth - 1] if depth else "") if key[0] == "g" else n.label
+            boxes.append({"key": key, "members": [], "bytes": 0, "label": label,
+                          "kind": "group" if key[0] == "g" else n.kind})
+        box = boxes[keys[key]]
+        box["members"].append(i)
+        box["bytes"] += sum(entry[3] for entry in n.saved)
+        box["mark"] = box.get("mark") or n.mark
+        box_of.append(keys[key])
+    pairs = sorted({(box_of[s], box_of[d]) for s, d in data.edges if box_of[s] != box_of[d]})
+    widths = [min(260.0, 16 + 6.6 * len(_shown_label(b))) for b in boxes]
+    drawing = graph_layout.layout(len(boxes), pairs, widths)
+    for b, (x, y, w, h) in zip(boxes, drawing.boxes):
+        b.update(x=x, y=y, w=w, h=h)
+    edges = tuple({"from": s, "to": d, "points": [list(p) for p in route]}
+                  for (s, d), route in zip(pairs, drawing.routes))
+    return View(depth, tuple(boxes), edges, drawing.width, drawing.height)
+
+
+def _relative(path: str, parent: str) -> str:
+    """A module box's label: its path below the module it runs in (`blocks.3`, not `Stack.blocks.3`)."""
+    return path[len(parent) + 1:] if parent and path.startswith(parent + ".") else path
+
+
+def _shown_label(box: dict) -> str:
+    return f"{box['label']} ({len(box['members'])})" if box["kind"] == "group" else box["label"]
+
+
+def first_depth(all_views: tuple[View, ...]) -> int:
+    """The deepest view with at most MAX_BOXES boxes (the most collapsed one if none is that small)."""
+    fitting = [v.depth for v in all_views if len(v.boxes) <= MAX_BOXES]
+    return max(fitting) if fitting else 0
+
+
+def render_svg(view: View, selected: int | None = None, data: GraphData | None = None) -> str:
+    """The view as an SVG string; a box holding node `selected` is outlined."""
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {view.width:.0f} {view.height:.0f}" '
+             f'width="{view.width:.0f}" height="{view.height:.0f}" font-family="sans-serif" font-size="11">',
+             '<defs><marker id="gv-arrow" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="6" '
+             'markerHeight="6" orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="#777"/></marker></defs>']
+    for e in view.edges:
+        points = " ".join(f"{x:.1f},{y:.1f}" for x, y in e["points"])
+        parts.append(f'<polyline points="{points}" fill="none" stroke="#999" marker-end="url(#gv-arrow)"/>')
+    for b in view.boxes:
+        chosen = selected is not None and selected in b["members"]
+        stroke = ('stroke="#c00" stroke-width="3"' if chosen else
+                  f'stroke="{_MARK[b["mark"]]}" stroke-width="3"' if b.get("mark") else 'stroke="#555"')
+        parts.append(f'<g><rect x="{b["x"]:.1f}" y="{b["y"]:.1f}" width="{b["w"]:.1f}" height="{b["h"]:.1f}" '
+                     f'rx="5" fill="{_FILL[b["kind"]]}" {stroke}/><text x="{b["x"] + b["w"] / 2:.1f}" '
+                     f'y="{b["y"] + b["h"] / 2 + 4:.1f}" text-anchor="middle">'
+                     f'{html.escape(_shown_label(b))}</text></g>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+_FILL = {"op": "#dbe8f7", "leaf": "#d9f2d9", "saves": "#fde7c8", "group": "#ece6f5"}
+_MARK = {"added": "#2a2", "removed": "#c22", "changed": "#c70"}
+
+
+def _state(data: GraphData) -> dict:
+    """The widget's `graph` trait: plain JSON, small. `modules` lists each module that ran as [path, index
+    of the module it ran in, or -1]; a node is [label, kind, index of its innermost module or -1, saved,
+    targets, op, mark] (a saved tensor's attr without its "_saved_" prefix); a box is [key, x, y, w, h],
+    where "n:5" is node 5 and "g:A.b" the module A.b collapsed; an edge is [from box, to box, x1, y1, ...]."""
+    all_views = views(data)
+    modules: dict[str, int] = {}
+    parents = []
+    for n in data.nodes:
+        for k, path in enumerate(n.group):
+            if path not in modules:
+                modules[path] = len(modules)
+                parents.append(modules[n.group[k - 1]] if k else -1)
+    return {"modules": [[path, parent] for path, parent in zip(modules, parents)],
+            "nodes": [[n.label, n.kind, modules[n.group[-1]] if n.group else -1,
+                       [[a.removeprefix("_saved_"), list(sh), dt, b, i, v] for a, sh, dt, b, i, v in n.saved],
+                       list(n.targets), n.op, n.mark] for n in data.nodes],
+            "order": list(data.order), "first": first_depth(all_views), "title": data.title,
+            "views": [{"boxes": [[b["key"], _num(b["x"]), _num(b["y"]), _num(b["w"]), _num(b["h"])] for b in v.boxes],
+                       "edges": [[e["from"], e["to"], *(_num(c) for p in e["points"] for c in p)] for e in v.edges],
+                       "width": _num(v.width), "height": _num(v.height)} for v in all_views]}
+
+
+def _num(x: float) -> int:
+    return int(round(x))                          # whole pixels: a smaller state, the same picture
+
+
+def show(data: GraphData, selected: int | None = None):
+    """The widget (anywidget): click, hover, search, collapse, pan and zoom, and a backward stepper.
+
+    `selected`, `step` and `depth` are traits: a later cell reads what the learner clicked.
+    """
+    if selected is not None:
+        _check_node(data, selected, "selected")
+    widget = _widget_class()(graph=_text(data), selected=-1 if selected is None else selected)
+    widget._views = (views(data),)
+    return widget
+
+
+def show_diff(d):
+    """The two graphs of a `graph_diff.GraphDiff` side by side, added, removed and changed nodes outlined."""
+    widget = _widget_class()(graph=_text(d.a), other=_text(d.b))
+    widget._views = (views(d.a), views(d.b))
+    return widget
+
+
+def _picture(all_views: tuple[tuple[View, ...], ...], depth: int, selected: int) -> str:
+    """The SVG every mime bundle carries: the view the widget opens with, both sides for a diff."""
+    shown = [v[min(depth, len(v) - 1)] if depth >= 0 else v[first_depth(v)] for v in all_views]
+    if len(shown) == 1:
+        return render_svg(shown[0], None if selected < 0 else selected)
+    left, right = shown
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{left.width + right.width + 20:.0f}" '
+            f'height="{max(left.height, right.height):.0f}">{render_svg(left)}'
+            f'<g transform="translate({left.width + 20:.0f},0)">{render_svg(right)}</g></svg>')
+
+
+def _text(data: GraphData) -> str:
+    return json.dumps(_state(data), sort_keys=True, separators=(",", ":"))
+
+
+def _widget_class():
+    import anywidget
+    import traitlets
+
+    class GraphView(anywidget.AnyWidget):
+        _esm = _ESM
+        graph = traitlets.Unicode().tag(sync=True)      # compact JSON text: stored in the notebook as one line
+        other = traitlets.Unicode("").tag(sync=True)    # a second graph, drawn beside it (a diff)
+        selected = traitlets.Int(-1).tag(sync=True)
+        step = traitlets.Int(-1).tag(sync=True)
+        depth = traitlets.Int(-1).tag(sync=True)
+
+        _views: tuple = ()                               # the laid-out views, set by show() and show_diff()
+
+        def _repr_mimebundle_(self, **kwargs):
+            bundle = super()._repr_mimebundle_(**kwargs)
+            data, _ = bundle if isinstance(bundle, tuple) else (bundle, {})
+            nodes = sum(len(v[-1].boxes) for v in self._views)
+            return {**data, "image/svg+xml": _picture(self._views, self.depth, self.selected),
+                    "text/plain": f"graph view: {nodes} nodes"}
+
+    return GraphView
+
+
+def _check(data: GraphData) -> None:
+    if not data.nodes:
+        raise ValueError("the graph has no nodes; trace the output of a differentiable op, such as the loss")
+    n = len(data.nodes)
+    for s, d in data.edges:
+        if not (0 <= s < n and 0 <= d < n):
+            raise ValueError(f"edge ({s}, {d}) names a node that does not exist (nodes are 0..{n - 1}); "
+                             "pass edges between the given nodes")
+    if graph_layout.cycle_edges(n, list(data.edges)):
+        raise ValueError("the graph has a cycle; a backward graph never does, so pass a DAG "
+                         "(for example from autograd_graph.trace)")
+
+
+def _check_node(data: GraphData, node: int, name: str) -> None:
+    if not (isinstance(node, int) and 0 <= node < len(data.nodes)):
+        raise ValueError(f"{name}={node!r} is not a node id; pass an int in 0..{len(data.nodes) - 1}")

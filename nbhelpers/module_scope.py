@@ -1,0 +1,115 @@
+"""Which module is running, in forward and in backward: one mechanism for every instrument.
+
+Global forward hooks keep a stack of the modules whose forward is running, each named by its path from the
+outermost module (`NeuralNetwork.core.fc1`, from `named_modules()`). When a module's forward returns, every
+autograd node created during it and not claimed by an inner module is tagged, in `node.metadata`, with the
+stack of modules running then (outermost first: `("NeuralNetwork", "NeuralNetwork.core",
+"NeuralNetwork.core.fc1")`), so a container that never runs (an `nn.ModuleList`) is never a level. In
+backward, `torch._C._current_autograd_node()` is the node being run, so its tag says whose forward made it.
+"Created during it" is decided by sequence numbers: each node's `_sequence_nr()` is a per-thread counter
+of node creation, read at module entry with a throwaway view node; AccumulateGrad nodes (which have the
+largest possible number) are tagged with the module that owns their parameter. Unlike
+`torch.utils.module_tracker.ModuleTracker` it registers no hooks on tensors, which would create
+reference cycles that keep graphs alive until the garbage collector runs.
+
+Example:
+    with module_scope.record() as scope:
+        loss = model(x).sum()
+    module_scope.module_of(loss.grad_fn)        # 'Sequential' (or a deeper path)
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils._pytree import tree_flatten
+
+__all__ = ["record", "module_of", "modules_of", "OUTSIDE"]
+
+OUTSIDE = "(outside modules)"
+_TAG = "nbhelpers.module_scope.module"
+_ACCUMULATE = "torch::autograd::AccumulateGrad"
+
+
+def modules_of(node) -> tuple[str, ...]:
+    """The modules whose forwards were running when this node was made, outermost first; () outside."""
+    return node.metadata.get(_TAG, ()) if node is not None else ()
+
+
+def module_of(node) -> str:
+    """The module path whose forward created this autograd node, or OUTSIDE."""
+    chain = modules_of(node)
+    return chain[-1] if chain else OUTSIDE
+
+
+def _next_sequence_nr() -> int:
+    """The sequence number the next autograd node of this thread will get (creates and drops one)."""
+    probe = torch.empty(0, requires_grad=True).view(0)
+    return probe.grad_fn._sequence_nr() + 1 if probe.grad_fn is not None else 0   # inference mode: no nodes
+
+
+class _Scope:
+    """The running module's path in forward (a stack) and in backward (the running node's tag)."""
+
+    def __init__(self):
+        self.stack: list[tuple[str, torch.nn.Module, int]] = []
+        self.names: dict[int, str] = {}              # id(module) -> path, from the outermost module
+        self.handles = []
+
+    def __enter__(self):
+        self.handles = [torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
+                        torch.nn.modules.module.register_module_forward_hook(self._leave_module)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+
+    def current(self) -> tuple[str, str]:
+        """(module path, "forward" or "backward") for the op running now."""
+        node = torch._C._current_autograd_node()
+        if node is not None:
+            return module_of(node), "backward"
+        return (self.stack[-1][0] if self.stack else OUTSIDE), "forward"
+
+    def _enter_module(self, module, args):
+        if not self.stack:                           # an outermost module: name everything under it once
+            root = type(module).__name__
+            self.names = {id(m): f"{root}.{path}" if path else root for path, m in module.named_modules()}
+        name = self.names.get(id(module), type(module).__name__)
+        with torch.enable_grad():
+            first = _next_sequence_nr()
+        self.stack.append((name, module, first))
+
+    def _leave_module(self, module, args, output):
+        chain = tuple(entry[0] for entry in self.stack)
+        _, _, first = self.stack.pop() if self.stack else (None, module, 0)
+        chain = chain or (type(module).__name__,)
+        owned = {id(p) for p in module.parameters()}
+        for t in tree_flatten(output)[0]:
+            if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                _tag_new_nodes(t.grad_fn, chain, first, owned)
+
+
+def record() -> _Scope:
+    """A context manager that tags the autograd nodes each module's forward creates; inside it,
+    `.current()` says which module is running, in forward and in backward."""
+    return _Scope()
+
+
+def _tag_new_nodes(node, name: tuple[str, ...], first: int, owned: set[int]) -> None:
+    """Tag nodes made since `first` (and the AccumulateGrad of this module's own parameters); the
+    innermost module finishes first, so a node keeps the most specific path."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        if n is None or n in seen:
+            continue
+        seen.add(n)
+        if n.name() == _ACCUMULATE:
+            if id(n.variable) in owned and _TAG not in n.metadata:
+                n.metadata[_TAG] = name
+            continue
+        if n._sequence_nr() < first:                 # made before this module's forward began
+            continue
+        n.metadata.setdefault(_TAG, name)            # an inner module's tag stays
+        stack.extend(f for f, _ in n.next_functions)

@@ -1,0 +1,183 @@
+"""The drawn graph is the one backward runs: replaying autograd_graph.trace's nodes, in its order, on the
+gradients arriving along its edges reproduces every leaf's .grad, and the order is the one real node
+pre-hooks record, on ten models that exercise different parts of the engine."""
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from nbhelpers import autograd_graph, models, module_scope
+
+
+class Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(6, 6), nn.ReLU(), nn.Linear(6, 6))
+
+    def forward(self, x):
+        return torch.relu(x + self.body(x))
+
+
+class Shared(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(5, 5)
+
+    def forward(self, x):
+        return self.layer(torch.tanh(self.layer(x)))         # one weight, two uses
+
+
+class InPlaceView(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.fc(x).clone()
+        y[:, :2].mul_(3)                                      # in place through a view
+        return y.sigmoid()
+
+
+class Cube(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x ** 3
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return 3 * x ** 2 * grad
+
+
+class CustomFunction(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return Cube.apply(self.fc(x)).sum(1)
+
+
+class Checkpointed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4))
+
+    def forward(self, x):
+        return checkpoint(self.inner, x, use_reentrant=False).tanh()
+
+
+class SplitHeads(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 6)
+
+    def forward(self, x):
+        a, b, c = self.fc(x).split(2, dim=1)                  # one node, three outputs
+        return a * b + c.exp()
+
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(3, 4, batch_first=True)
+
+    def forward(self, x):
+        out, (h, c) = self.lstm(x)
+        return out.sum() + h.sum() * c.mean()
+
+
+def _case(name):
+    torch.manual_seed(0)
+    cases = {"mlp": (models.mlp(), torch.rand(4, 28, 28)), "cnn": (models.cnn(), torch.rand(2, 1, 28, 28)),
+             "residual": (Residual(), torch.randn(3, 6)), "shared weights": (Shared(), torch.randn(2, 5)),
+             "in-place on a view": (InPlaceView(), torch.randn(2, 4)),
+             "custom Function": (CustomFunction(), torch.randn(2, 3)),
+             "checkpointing": (Checkpointed(), torch.randn(2, 4)),
+             "retain_graph, two backwards": (Residual(), torch.randn(2, 6)),
+             "tensor hooks": (Residual(), torch.randn(2, 6)),
+             "multi-output op (split, LSTM)": (nn.ModuleList([SplitHeads(), Recurrent()]), None)}
+    return cases[name]
+
+
+def _forward(model, x):
+    if isinstance(model, nn.ModuleList):                       # split and LSTM together
+        return model[0](torch.randn(2, 4)).sum() + model[1](torch.randn(2, 5, 3))
+    return model(x).sum()
+
+
+def _replay(loss, graph):
+    """Run each traced node in graph.order on the gradients that arrive along graph.edges."""
+    fns = autograd_graph._walk(loss.grad_fn)                   # trace's own node order: ids are indices
+    arriving = {i: [None] * len(fn._input_metadata) for i, fn in enumerate(fns)}
+    arriving[graph.root][0] = torch.ones_like(loss)
+    leaf_grads = {}
+    for i in graph.order:
+        fn, node = fns[i], graph.nodes[i]
+        if node.is_leaf:
+            leaf_grads[fn.variable] = arriving[i][0]
+            continue
+        outputs = fn(*arriving[i]) if callable(fn) else fn.apply(*arriving[i])   # a Python Function's node
+        outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+        for edge in (e for e in graph.edges if e.src == i):
+            grad, slots = outputs[edge.input_nr], arriving[edge.dst]
+            if grad is not None:
+                k = edge.dst_input
+                meta = fns[edge.dst]._input_metadata[k]         # what the engine's validate_outputs does:
+                grad = grad.sum_to_size(meta.shape).to(meta.dtype)   # reduce a broadcast, match the dtype
+                slots[k] = grad if slots[k] is None else slots[k] + grad
+    return leaf_grads
+
+
+def _real_order(loss, graph, backwards=1, hooks=()):
+    fns = autograd_graph._walk(loss.grad_fn)
+    ran = []
+    handles = [fn.register_prehook(lambda grads, i=i: ran.append(i)) for i, fn in enumerate(fns)]
+    try:
+        for _ in range(backwards):
+            loss.backward(retain_graph=True)
+    finally:
+        for h in handles:
+            h.remove()
+    return ran
+
+
+NAMES = ["mlp", "cnn", "residual", "shared weights", "in-place on a view", "custom Function", "checkpointing",
+         "retain_graph, two backwards", "tensor hooks", "multi-output op (split, LSTM)"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_replaying_the_traced_graph_reproduces_backward(name):
+    model, x = _case(name)
+    seen_by_hook = []
+    with module_scope.record():
+        loss = _forward(model, x)
+    if name == "tensor hooks":
+        hidden = loss.grad_fn.next_functions[0][0]             # observe the gradient into the sum's input
+        hidden.register_prehook(lambda grads: seen_by_hook.append(grads[0].clone()))
+    graph = autograd_graph.trace(loss, module=model)
+    backwards = 2 if name.startswith("retain_graph") else 1
+    replayed = [_replay(loss, graph) for _ in range(backwards)]
+    real = _real_order(loss, graph, backwards)
+    assert real == list(graph.order) * backwards                # the order pre-hooks record
+    leaves = [p for p in model.parameters() if p.requires_grad]
+    assert leaves and all(p in replayed[0] for p in leaves)      # every parameter is a traced leaf
+    for p in leaves:
+        expected = sum(r[p] for r in replayed)                   # two backwards accumulate
+        torch.testing.assert_close(p.grad, expected)
+    if name == "tensor hooks":
+        torch.testing.assert_close(seen_by_hook[0], torch.ones_like(seen_by_hook[0]))
+
+
+def test_every_node_carries_the_module_whose_forward_made_it():
+    torch.manual_seed(0)
+    model = models.mlp()
+    with module_scope.record():
+        loss = nn.functional.cross_entropy(model(torch.rand(4, 28, 28)), torch.tensor([0, 1, 2, 3]))
+    graph = autograd_graph.trace(loss, module=model)
+    by_label = {n.label: n.module for n in graph.nodes}
+    assert by_label["core.fc1.weight"] == "NeuralNetwork.core.fc1"
+    assert by_label["NllLossBackward0"] == "(outside modules)"   # the loss ran outside the model
+    assert {n.module for n in graph.nodes if n.name == "AddmmBackward0"} == {"NeuralNetwork.core.fc1",
+                                                                               "NeuralNetwork.core.fc2"}

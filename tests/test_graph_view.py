@@ -1,0 +1,177 @@
+"""nbhelpers.graph_layout and graph_view: boxes never overlap and no edge runs through a box, the same graph
+always gives the same picture, collapsed views follow the module tree, and bad input is refused clearly."""
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from nbhelpers import autograd_graph, graph_layout, graph_view, models, module_scope
+
+
+def _graph(model, x):
+    with module_scope.record():
+        loss = model(x).sum()
+    return graph_view.from_autograd(autograd_graph.trace(loss, module=model))
+
+
+def _cnn():
+    torch.manual_seed(0)
+    return _graph(models.cnn(), torch.rand(2, 1, 28, 28))
+
+
+def _resnet18():
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    return _graph(torchvision.models.resnet18(), torch.rand(1, 3, 64, 64))     # random weights, no download
+
+
+def _segment_hits_box(p, q, box, inset=1.0) -> bool:
+    """Liang-Barsky clip of segment p-q against the box shrunk by `inset` (touching an edge is fine)."""
+    x, y, w, h = box
+    lo_x, lo_y, hi_x, hi_y = x + inset, y + inset, x + w - inset, y + h - inset
+    t0, t1 = 0.0, 1.0
+    dx, dy = q[0] - p[0], q[1] - p[1]
+    for d, lo, hi, start in ((dx, lo_x, hi_x, p[0]), (dy, lo_y, hi_y, p[1])):
+        if d == 0:
+            if not lo < start < hi:
+                return False
+            continue
+        a, b = (lo - start) / d, (hi - start) / d
+        t0, t1 = max(t0, min(a, b)), min(t1, max(a, b))
+        if t0 >= t1:
+            return False
+    return True
+
+
+def _check_drawing(boxes, edges):
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            apart = a[0] + a[2] <= b[0] or b[0] + b[2] <= a[0] or a[1] + a[3] <= b[1] or b[1] + b[3] <= a[1]
+            assert apart, f"boxes overlap: {a} {b}"
+    for src, dst, points in edges:
+        for p, q in zip(points, points[1:]):
+            for k, box in enumerate(boxes):
+                if k not in (src, dst):
+                    assert not _segment_hits_box(p, q, box), f"edge {src}->{dst} crosses box {k}"
+
+
+@pytest.mark.parametrize("make", [_cnn, _resnet18], ids=["cnn", "resnet18"])
+def test_no_overlap_and_no_edge_through_a_box_at_every_depth(make):
+    for view in graph_view.views(make()):
+        boxes = [(b["x"], b["y"], b["w"], b["h"]) for b in view.boxes]
+        _check_drawing(boxes, [(e["from"], e["to"], e["points"]) for e in view.edges])
+
+
+def test_the_same_graph_gives_byte_identical_svg():
+    first = [graph_view.render_svg(v) for v in graph_view.views(_cnn())]
+    second = [graph_view.render_svg(v) for v in graph_view.views(_cnn())]
+    assert first == second
+
+
+def test_collapsed_boxes_follow_the_module_tree():
+    data = _resnet18()
+    all_views = graph_view.views(data)
+    for view in all_views:
+        for box in view.boxes:
+            if box["kind"] == "group":
+                module = box["key"][2:]
+                expected = [i for i, n in enumerate(data.nodes) if module in n.group]
+                assert box["members"] == expected
+                assert all(n.group.index(module) == view.depth for n in (data.nodes[i] for i in expected))
+                assert box["bytes"] == sum(data.nodes[i].saved_bytes for i in expected)
+    assert len(all_views[-1].boxes) == len(data.nodes)                 # the deepest view shows every node
+    labels = {b["key"]: b["label"] for b in all_views[2].boxes if b["kind"] == "group"}
+    assert labels["g:ResNet.layer1.0"] == "0" and labels["g:ResNet.layer2.1"] == "1"   # below layer1, layer2
+    first = graph_view.first_depth(all_views)
+    assert len(all_views[first].boxes) <= graph_view.MAX_BOXES
+
+
+def test_layout_reduces_crossings_beyond_the_first_order():
+    edges = [(0, 3), (0, 4), (1, 2), (1, 4), (2, 5), (3, 6), (4, 5), (4, 6)]
+    best = graph_layout.layout(7, edges, [40] * 7)
+    single = graph_layout.layout(7, edges, [40] * 7, sweeps=0)
+    assert graph_layout.crossings(best) <= graph_layout.crossings(single)
+
+
+def test_a_cycle_is_laid_out_but_refused_as_view_data():
+    drawing = graph_layout.layout(3, [(0, 1), (1, 2), (2, 0)], [50] * 3)
+    assert len(drawing.routes) == 3 and graph_layout.cycle_edges(3, [(0, 1), (1, 2), (2, 0)]) == [2]
+    nodes = tuple(graph_view.ViewNode(f"n{i}", "op") for i in range(3))
+    with pytest.raises(ValueError, match="has a cycle.*pass a DAG"):
+        graph_view.views(graph_view.GraphData(nodes, ((0, 1), (1, 2), (2, 0))))
+
+
+def test_bad_input_is_refused_with_what_to_pass():
+    with pytest.raises(ValueError, match="no nodes"):
+        graph_view.views(graph_view.GraphData((), ()))
+    one = (graph_view.ViewNode("a", "op"),)
+    with pytest.raises(ValueError, match=r"edge \(0, 5\) names a node that does not exist"):
+        graph_view.views(graph_view.GraphData(one, ((0, 5),)))
+    with pytest.raises(ValueError, match=r"selected=7 is not a node id; pass an int in 0\.\.0"):
+        graph_view.show(graph_view.GraphData(one, ()), selected=7)
+    with pytest.raises(ValueError, match="widths has 1 entries for 2 nodes"):
+        graph_layout.layout(2, [], [10])
+
+
+def test_a_hostile_name_is_escaped_in_the_svg():
+    hostile = '<img src=x onerror="alert(1)">&'
+    nodes = (graph_view.ViewNode(hostile, "op"), graph_view.ViewNode("b", "leaf"))
+    svg = graph_view.render_svg(graph_view.views(graph_view.GraphData(nodes, ((0, 1),)))[0])
+    assert "<img" not in svg and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;" in svg
+
+
+def test_details_are_what_backward_needs_to_know():
+    data = _cnn()
+    conv = next(i for i, n in enumerate(data.nodes) if n.label == "ConvolutionBackward0")
+    rows = dict(graph_view.details(data, conv))
+    assert rows["module"].startswith("NeuralNetwork.") and rows["gradients to"]
+    assert any(field == "saved" and "storage #" in text and "version 0" in text
+               for field, text in graph_view.details(data, conv))
+    leaf = next(i for i, n in enumerate(data.nodes) if n.kind == "leaf")
+    assert dict(graph_view.details(data, leaf))["fills"].endswith(".grad")
+
+
+def test_the_widget_state_is_small_and_sorted():
+    data = _resnet18()
+    widget = graph_view.show(data)
+    per_node = len(widget.graph) / len(data.nodes)              # the trait is compact JSON text
+    assert json.loads(widget.graph) == graph_view._state(data)
+    assert per_node <= 320, f"{per_node:.0f} B per node"         # measured 308 (ResNet-18), 315 (ResNet-50)
+    bundle = widget._repr_mimebundle_()
+    assert bundle["image/svg+xml"].startswith("<svg") and "application/vnd.jupyter.widget-view+json" in bundle
+
+
+def test_the_diff_of_checkpointing_accounts_for_every_saved_byte():
+    from torch.utils.checkpoint import checkpoint
+
+    from nbhelpers import graph_diff, memory
+
+    torch.manual_seed(0)
+    mlp, images = models.mlp(), torch.rand(16, 28, 28)
+    forwards = {"plain": lambda x: mlp.core(mlp.input_adapter(x)).sum(),
+                "checkpointed": lambda x: checkpoint(mlp.core, mlp.input_adapter(x), use_reentrant=False).sum()}
+    sides, counted = {}, {}
+    for name, forward in forwards.items():
+        with module_scope.record():
+            loss = forward(images)
+        sides[name] = graph_view.from_autograd(autograd_graph.trace(loss, module=mlp))
+        counted[name] = memory.saved_bytes_by_module(forward, images)[0]
+    changes = graph_diff.diff(sides["plain"], sides["checkpointed"])
+    totals = {k: sum(c.nbytes for c in v.values()) for k, v in counted.items()}
+    kept_input = counted["checkpointed"]["(outside modules)"].nbytes
+    assert changes.saved_bytes == (totals["plain"], 0)                  # checkpointed nodes hold _Holders
+    assert changes.saved_bytes[0] - changes.saved_bytes[1] == totals["plain"] - totals["checkpointed"] + kept_input
+    assert {n.mark for n in changes.a.nodes if n.saved} == {"changed"}
+    assert len(changes.matched) == len(sides["plain"].nodes)
+
+
+def test_a_diff_marks_what_only_one_side_has():
+    from nbhelpers import graph_diff
+
+    a = graph_view.GraphData((graph_view.ViewNode("x", "op"), graph_view.ViewNode("y", "leaf")), ((0, 1),))
+    b = graph_view.GraphData((graph_view.ViewNode("x", "op"), graph_view.ViewNode("z", "leaf")), ((0, 1),))
+    changes = graph_diff.diff(a, b)
+    assert changes.matched == ((0, 0),)
+    assert [n.mark for n in changes.a.nodes] == ["", "removed"] and [n.mark for n in changes.b.nodes] == ["", "added"]
+    assert ("diff", "removed") in graph_view.details(changes.a, 1)
