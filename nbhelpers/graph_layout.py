@@ -140,31 +140,50 @@ def _neighbours(chains, total: int):
 
 
 def _order(nodes_in, chains, sweeps: int, n: int) -> list[list[int]]:
+    """Sweep down and up, each row sorted by its neighbours' mean (even sweeps) or median (odd pairs)
+    position in the row just placed, with adjacent swaps after each sweep on graphs small enough; keep
+    the order with the fewest crossings seen (Gansner et al.'s dot ordering, simplified)."""
     total = max([n] + [v + 1 for row in nodes_in for v in row])
     up, down = _neighbours(chains, total)
-    order = [list(row) for row in nodes_in]
-    best, best_count = [list(r) for r in order], _count(order, down)
-    for sweep in range(sweeps):
-        downward = sweep % 2 == 0
-        rows = range(1, len(order)) if downward else range(len(order) - 2, -1, -1)
-        for k in rows:
-            fixed = order[k - 1] if downward else order[k + 1]
-            _sort_by_barycentre(order[k], fixed, up if downward else down)
-        count = _count(order, down)
-        if count < best_count:
-            best, best_count = [list(r) for r in order], count
-    if total <= 4000:                                # swaps cost O(width^2) per layer; skip for huge graphs
-        _transpose(best, up, down)
+    starts = [[list(row) for row in nodes_in]]
+    if total <= 1000:                                # small: also start from the mirrored order
+        starts.append([list(reversed(row)) for row in nodes_in])
+    best, best_count = None, None
+    for order in starts:
+        candidate, count = _sweep(order, up, down, sweeps, swaps=total <= 4000)   # swaps are O(width^2)
+        if best_count is None or count < best_count:
+            best, best_count = candidate, count
     return best
 
 
-def _sort_by_barycentre(row: list[int], fixed: list[int], links) -> None:
+def _sweep(order, up, down, sweeps: int, swaps: bool):
+    best, best_count = [list(r) for r in order], _count(order, down)
+    for sweep in range(sweeps):
+        downward, use_median = sweep % 2 == 0, sweep % 4 >= 2
+        rows = range(1, len(order)) if downward else range(len(order) - 2, -1, -1)
+        for k in rows:
+            fixed = order[k - 1] if downward else order[k + 1]
+            _sort_by_neighbours(order[k], fixed, up if downward else down, use_median)
+        if swaps:
+            _transpose(order, up, down)
+        count = _count(order, down)
+        if count < best_count:
+            best, best_count = [list(r) for r in order], count
+        if best_count == 0:
+            break
+    return best, best_count
+
+
+def _sort_by_neighbours(row: list[int], fixed: list[int], links, use_median: bool) -> None:
     pos = {v: i for i, v in enumerate(fixed)}
     current = {v: i for i, v in enumerate(row)}
 
     def key(v):
-        ps = [pos[u] for u in links[v] if u in pos]
-        return (sum(ps) / len(ps) if ps else current[v], current[v])
+        ps = sorted(pos[u] for u in links[v] if u in pos)
+        if not ps:
+            return (current[v], current[v])
+        middle = (ps[(len(ps) - 1) // 2] + ps[len(ps) // 2]) / 2 if use_median else sum(ps) / len(ps)
+        return (middle, current[v])
     row.sort(key=key)
 
 
