@@ -33,11 +33,24 @@ def site(tmp_path_factory):
     hostile.metadata["kernelspec"] = nb.metadata["kernelspec"]
     nbformat.write(hostile, hostile_nb)
     _notebook_tools.execute_notebook(hostile_nb)
+    big_nb = root / "97_big.ipynb"
+    big = new_notebook(cells=[new_code_cell(BIG_CELL)])
+    big.metadata["kernelspec"] = nb.metadata["kernelspec"]
+    nbformat.write(big, big_nb)
+    _notebook_tools.execute_notebook(big_nb)
     pages = _notebook_tools.build_site([REPO / "notebooks" / "00_environment.ipynb", REPO / "notebooks" /
-                                        "02_autograd_graph.ipynb", hostile_nb, widget_nb], root / "out")
+                                        "02_autograd_graph.ipynb", big_nb, hostile_nb, widget_nb], root / "out")
     return root / "out", pages
 
 
+BIG_CELL = """import sys
+sys.path.insert(0, "{repo}/tests/benchmarks")
+from autograd_graph_2000 import build_loss
+from nbhelpers import autograd_graph, graph_view
+loss, model = build_loss()                      # the 2,003-node benchmark graph
+view = graph_view.show(graph_view.from_autograd(autograd_graph.trace(loss, module=model)))
+view.depth = len(graph_view.views(graph_view.from_autograd(autograd_graph.trace(loss, module=model)))) - 1
+view""".format(repo=REPO)
 HOSTILE = "<img src=x onerror=alert(1)>"
 HOSTILE_CELL = f"""import torch
 from torch import nn
@@ -52,8 +65,8 @@ graph_view.show(graph_view.from_autograd(autograd_graph.trace(loss, module=model
 
 def test_pages_name_no_remote_script_or_style(site):
     out, pages = site
-    assert [p.name for p in pages] == ["00_environment.html", "02_autograd_graph.html", "98_hostile.html",
-                                       "99_widget.html"]
+    assert [p.name for p in pages] == ["00_environment.html", "02_autograd_graph.html", "97_big.html",
+                                       "98_hostile.html", "99_widget.html"]
     for page in pages:
         html = page.read_text()
         remote = re.findall(r'<(?:script|link)[^>]+(?:src|href)="(https?://[^"]+)"', html)
@@ -124,4 +137,30 @@ def test_a_hostile_module_name_shows_as_text_and_runs_nothing(served):
         view.locator(".gv-collapse").click()
         assert any(t.startswith(f"{HOSTILE} (") for t in texts())            # the module's box, as text
         assert view.locator("img").count() == 0 and dialogs == []
+    assert not blocked, f"the site tried to leave the machine: {blocked}"
+
+
+CLICK_TIMED = """(selector) => {            // handlers run synchronously: the DOM is updated when dispatch returns
+    const target = document.querySelector(selector);
+    const start = performance.now();
+    target.dispatchEvent(new MouseEvent("click", {bubbles: true}));
+    return performance.now() - start;
+}"""
+
+
+@pytest.mark.browser
+def test_click_and_collapse_times_at_two_thousand_nodes(served):
+    """Measured with performance.now() in Chromium and printed; not asserted (timing is the machine's)."""
+    with browser.local_page(served) as (page, blocked):
+        page.goto(f"{served}/97_big.html")
+        view = page.locator(".gv").first
+        view.locator(".gv-box").first.wait_for(timeout=120_000)
+        boxes = view.locator(".gv-box").count()
+        assert boxes == 2003                                             # every node drawn
+        click = page.evaluate(CLICK_TIMED, '.gv g.gv-box[data-key="n:5"]')
+        assert view.locator(".gv-details dd").count() > 0                # the details panel filled
+        collapse = page.evaluate(CLICK_TIMED, ".gv .gv-collapse")
+        expand = page.evaluate(CLICK_TIMED, ".gv .gv-expand")
+        assert view.locator(".gv-box").count() == 2003
+        print(f"2,003 boxes: click -> details {click:.1f} ms, collapse {collapse:.1f} ms, expand {expand:.1f} ms")
     assert not blocked, f"the site tried to leave the machine: {blocked}"
