@@ -49,8 +49,8 @@ function shownLabel(box) {
 
 // The state is compact: `modules` is [path, index of the module it ran in or -1] per module that ran; a
 // node is [label, kind, index of its innermost module or -1, saved, targets, op, mark], each saved tensor
-// [attr without "_saved_", shape, dtype, bytes, storage id, version]; a box is [key, x, y, w, h] ("n:5"
-// is node 5, "g:A.b" the collapsed module A.b); an edge is [from, to, x1, y1, x2, y2, ...].
+// [attr without "_saved_", shape, dtype, bytes, storage id, version]; a box is [key, x, y, w] (all box_h tall; "n:5"
+// is node 5, "g:A.b" the collapsed module A.b); an edge is [from, to, x of each layer it passes between].
 function rowsOf(nodes, i) {          // the same rows, in the same words, as graph_view.details()
   const n = nodes[i];
   const rows = n.op ? [["op", n.op]] : [];
@@ -65,7 +65,7 @@ function rowsOf(nodes, i) {          // the same rows, in the same words, as gra
   return rows;
 }
 
-function unpackBox(nodes, labels, [key, x, y, w, h]) {
+function unpackBox(nodes, labels, h, [key, x, y, w]) {
   if (key.startsWith("n:")) {
     const i = Number(key.slice(2));
     return { key, x, y, w, h, label: nodes[i].label, kind: nodes[i].kind, members: [i] };
@@ -82,6 +82,19 @@ function chainOf(modules, index) {   // the modules running when a node was made
   return chain;
 }
 
+// The polyline graph_layout drew: from the source box's edge, through one point pair per layer passed
+// (an edge pointing up, which closes a cycle, runs from the source's top to the target's bottom).
+function route(s, d, xs, graph) {
+  const h = graph.box_h, step = graph.box_h + graph.layer_gap, down = d[2] > s[2];
+  const points = [[s[1] + s[3] / 2, down ? s[2] + h : s[2]]];
+  xs.forEach((x, k) => {
+    const top = down ? s[2] + (k + 1) * step : s[2] - (k + 1) * step;
+    points.push(down ? [x, top] : [x, top + h], down ? [x, top + h] : [x, top]);
+  });
+  points.push([d[1] + d[3] / 2, down ? d[2] : d[2] + h]);
+  return points;
+}
+
 function unpack(graph) {
   const modules = graph.modules;
   const labels = new Map(modules.map(([path, parent]) =>       // a module box says `blocks.3`, not `Stack.blocks.3`
@@ -93,12 +106,8 @@ function unpack(graph) {
   });
   nodes.forEach((n, i) => { n.rows = rowsOf(nodes, i); });
   const views = graph.views.map((v) => ({
-    width: v.width, height: v.height, boxes: v.boxes.map((b) => unpackBox(nodes, labels, b)),
-    edges: v.edges.map(([from, to, ...flat]) => {
-      const points = [];
-      for (let k = 0; k < flat.length; k += 2) points.push([flat[k], flat[k + 1]]);
-      return { from, to, points };
-    }),
+    width: v.width, height: v.height, boxes: v.boxes.map((b) => unpackBox(nodes, labels, graph.box_h, b)),
+    edges: v.edges.map(([from, to, ...xs]) => ({ from, to, points: route(v.boxes[from], v.boxes[to], xs, graph) })),
   }));
   return { nodes, views, labels, order: graph.order, first: graph.first, title: graph.title || "" };
 }

@@ -190,8 +190,9 @@ _MARK = {"added": "#2a2", "removed": "#c22", "changed": "#c70"}
 def _state(data: GraphData) -> dict:
     """The widget's `graph` trait: plain JSON, small. `modules` lists each module that ran as [path, index
     of the module it ran in, or -1]; a node is [label, kind, index of its innermost module or -1, saved,
-    targets, op, mark] (a saved tensor's attr without its "_saved_" prefix); a box is [key, x, y, w, h],
-    where "n:5" is node 5 and "g:A.b" the module A.b collapsed; an edge is [from box, to box, x1, y1, ...]."""
+    targets, op, mark] (a saved tensor's attr without its "_saved_" prefix); a box is [key, x, y, w],
+    where "n:5" is node 5 and "g:A.b" the module A.b collapsed; an edge is [from box, to box, x of each
+    layer it passes]: its ends are the boxes' centres and the layers are box_h + layer_gap apart."""
     all_views = views(data)
     modules: dict[str, int] = {}
     parents = []
@@ -205,8 +206,9 @@ def _state(data: GraphData) -> dict:
                        [[a.removeprefix("_saved_"), list(sh), dt, b, i, v] for a, sh, dt, b, i, v in n.saved],
                        list(n.targets), n.op, n.mark] for n in data.nodes],
             "order": list(data.order), "first": first_depth(all_views), "title": data.title,
-            "views": [{"boxes": [[b["key"], _num(b["x"]), _num(b["y"]), _num(b["w"]), _num(b["h"])] for b in v.boxes],
-                       "edges": [[e["from"], e["to"], *(_num(c) for p in e["points"] for c in p)] for e in v.edges],
+            "box_h": graph_layout.BOX_H, "layer_gap": graph_layout.LAYER_GAP,   # the same for every box
+            "views": [{"boxes": [[b["key"], _num(b["x"]), _num(b["y"]), _num(b["w"])] for b in v.boxes],
+                       "edges": [[e["from"], e["to"], *(_num(x) for x, _ in e["points"][1:-1:2])] for e in v.edges],
                        "width": _num(v.width), "height": _num(v.height)} for v in all_views]}
 
 
