@@ -51,7 +51,7 @@ function shownLabel(box) {
 // node is [label, kind, index of its innermost module or -1, saved, targets, op, mark], each saved tensor
 // [attr without "_saved_", shape, dtype, bytes, storage id, version]; a box is [key, x, y, w] (all box_h tall; "n:5"
 // is node 5, "g:A.b" the collapsed module A.b); an edge is [from, to, x of each layer it passes between].
-function rowsOf(nodes, i) {          // the same rows, in the same words, as graph_view.details()
+function rowsOf(nodes, i, targetsLabel) {   // the same rows, in the same words, as graph_view.details()
   const n = nodes[i];
   const rows = n.op ? [["op", n.op]] : [];
   rows.push(["module", n.path || "(outside modules)"]);
@@ -59,7 +59,7 @@ function rowsOf(nodes, i) {          // the same rows, in the same words, as gra
     rows.push(["saved", `_saved_${attr} [${shape.join(", ")}] ${dtype} ${bytes.toLocaleString("en-US")} B storage #${sid} version ${version}`]);
   }
   const labels = n.targets.map((t) => nodes[t].label);
-  rows.push(["gradients to", labels.length ? labels.join(", ") : "none"]);
+  rows.push([targetsLabel, labels.length ? labels.join(", ") : "none"]);
   if (n.kind === "leaf") rows.push(["fills", `${n.label}.grad`]);
   if (n.mark) rows.push(["diff", n.mark]);
   return rows;
@@ -104,7 +104,7 @@ function unpack(graph) {
     return { label, kind, group, path: group.length ? group[group.length - 1] : "", saved, targets, op, mark,
       storages: saved.map((s) => s[4]) };
   });
-  nodes.forEach((n, i) => { n.rows = rowsOf(nodes, i); });
+  nodes.forEach((n, i) => { n.rows = rowsOf(nodes, i, graph.targets_label || "gradients to"); });
   const views = graph.views.map((v) => ({
     width: v.width, height: v.height, boxes: v.boxes.map((b) => unpackBox(nodes, labels, graph.box_h, b)),
     edges: v.edges.map(([from, to, ...xs]) => ({ from, to, points: route(v.boxes[from], v.boxes[to], xs, graph) })),

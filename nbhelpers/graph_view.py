@@ -62,6 +62,7 @@ class GraphData:
     edges: tuple[tuple[int, int], ...]         # (from, to): gradients flow from -> to
     order: tuple[int, ...] = ()                # what the stepper walks (backward's order)
     title: str = ""
+    targets_label: str = "gradients to"        # what an edge means, in the details panel
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def details(data: GraphData, node: int) -> tuple[tuple[str, str], ...]:
     rows += [("saved", f"{attr} [{', '.join(map(str, shape))}] {dtype} {nbytes:,} B storage #{sid} version {v}")
              for attr, shape, dtype, nbytes, sid, v in n.saved]
     labels = [data.nodes[t].label for t in n.targets]
-    rows.append(("gradients to", ", ".join(labels) if labels else "none"))
+    rows.append((data.targets_label, ", ".join(labels) if labels else "none"))
     if n.kind == "leaf":
         rows.append(("fills", f"{n.label}.grad"))
     if n.mark:
@@ -206,6 +207,7 @@ def _state(data: GraphData) -> dict:
                        [[a.removeprefix("_saved_"), list(sh), dt, b, i, v] for a, sh, dt, b, i, v in n.saved],
                        list(n.targets), n.op, n.mark] for n in data.nodes],
             "order": list(data.order), "first": first_depth(all_views), "title": data.title,
+            "targets_label": data.targets_label,
             "box_h": graph_layout.BOX_H, "layer_gap": graph_layout.LAYER_GAP,   # the same for every box
             "views": [{"boxes": [[b["key"], _num(b["x"]), _num(b["y"]), _num(b["w"])] for b in v.boxes],
                        "edges": [[e["from"], e["to"], *(_num(x) for x, _ in e["points"][1:-1:2])] for e in v.edges],
