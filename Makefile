@@ -21,7 +21,7 @@ LAB_FLAGS := --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.port_
 	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 	--LabApp.extension_manager=readonly $(ROOT_FLAG)
 
-.PHONY: setup lab test execute html doctor claims clean
+.PHONY: setup lab test execute html doctor claims trace clean
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -53,6 +53,14 @@ html: $(STAMP) node_modules/.package-lock.json
 
 doctor: $(STAMP)
 	$(PY) -m nbhelpers doctor
+
+# PyTorch's own report of notebook 05's compiles: TORCH_TRACE logs read by tlparse (a self-contained binary
+# from PyPI, pinned with the test extras); open build/trace/report/index.html in a browser.
+trace: $(STAMP)
+	rm -rf build/trace
+	TORCH_TRACE=build/trace/logs $(PY) -m nbhelpers._trace_examples
+	$(VENV)/bin/tlparse build/trace/logs/* -o build/trace/report --no-browser --overwrite > /dev/null
+	@echo "wrote build/trace/report/index.html"
 
 # The rot sentinel: every notebook on another torch, in its own venv; a report per myth-index row under claims/.
 # PyPI's torchvision needs PyPI's torch build: a local "+cpu" file of the same release cannot host its
