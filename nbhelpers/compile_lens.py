@@ -10,7 +10,9 @@ kernels, the first graph is compiled again with inductor inside `torch._inductor
 on a CPU the generated C++ carries no provenance comments (inductor writes its "Source Nodes" comments
 only for Triton kernels), so a kernel is linked to the FX nodes whose op its name lists (inductor names a
 fused kernel after the ATen ops it fuses: `cpp_fused_add_mul_pow_tanh_0`) and, through them, to lines. Dynamo is reset before and after, so the caller's
-compiled functions are not reused or left behind; no config or logging setting is changed.
+compiled functions are not reused or left behind; no config or logging setting is changed. Like `explain`,
+it cannot see a break that follows an empty graph (nothing reaches a backend: `loss.backward()` right
+after a `print`); `torch._dynamo.utils.counters["graph_break"]` counts those, without their lines.
 
 Example:
     report = compile_lens.capture(train_step, x, y)
