@@ -7,10 +7,13 @@ and the user's line (`meta["stack_trace"]`), and `gm.compile_subgraph_reason` sa
 (a graph break, with the user's stack). A break's first line is the `Gb_type` of an entry of
 `torch/_dynamo/graph_break_registry.json`, which gives its code (GB0124), explanation and hints. For the
 kernels, the first graph is compiled again with inductor inside `torch._inductor.utils.run_and_get_code`;
-on a CPU the generated C++ carries no provenance comments (inductor writes its "Source Nodes" comments
-only for Triton kernels), so a kernel is linked to the FX nodes whose op its name lists (inductor names a
-fused kernel after the ATen ops it fuses: `cpp_fused_add_mul_pow_tanh_0`) and, through them, to lines. Dynamo is reset before and after, so the caller's
-compiled functions are not reused or left behind; no config or logging setting is changed. Like `explain`,
+the CPU's C++ kernels carry no provenance comments (inductor writes "Source Nodes" comments for Triton and
+other GPU back-ends, not for C++), so a kernel is linked to the FX nodes whose op its name lists (inductor
+names a fused kernel after the ATen ops it fuses: `cpp_fused_add_mul_pow_tanh_0`) and, through them, to
+lines. That compile is an inference one (under no_grad), and nothing is run: inductor writes its code when
+it compiles. Dynamo is reset before and after, so the caller's
+compiled functions are not reused (the reset also drops any other compiled code in the process, as
+`explain`'s does); no config or logging setting is changed. Like `explain`,
 it cannot see a break that follows an empty graph (nothing reaches a backend: `loss.backward()` right
 after a `print`); `torch._dynamo.utils.counters["graph_break"]` counts those, without their lines.
 
@@ -165,7 +168,7 @@ def _deduplicated(reasons) -> tuple[Break, ...]:
                        known.get(gb, {}).get("hints", ())) for (gb, line), n in counts.items())
 
 
-_KERNEL = re.compile(r"^(\w+) = async_compile\.\w+\(.*?r'{3}(.*?)'{3}", re.S | re.M)
+_KERNEL = re.compile(r"^(\w+) = async_compile\.\w+\(.*?r?'{3}(.*?)'{3}", re.S | re.M)
 _NAME_PARTS = re.compile(r"^(cpp|triton)_(fused|poi|red|per)_|_\d+$")
 
 
@@ -175,14 +178,14 @@ def _kernels(gm, example_inputs) -> tuple[Kernel, ...]:
     from torch._inductor.utils import run_and_get_code
 
     with torch.no_grad():
-        _, codes = run_and_get_code(lambda: compile_fx(gm, example_inputs)(*example_inputs))
+        _, codes = run_and_get_code(lambda: compile_fx(gm, example_inputs))     # compiled, never run
     fx = [(n.name, getattr(n.target, "__name__", str(n.target)).strip("_"), _user_line(n.meta.get("stack_trace")))
           for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
     found = []
     for code in codes:
         for name, source in _KERNEL.findall(code):
-            ops = set(_NAME_PARTS.sub("", name).split("_"))
-            covered = tuple(n for n, target, _ in fx if target in ops)
+            ops = f"_{_NAME_PARTS.sub('', name)}_"              # "_add_clamp_min_mul_" holds "_clamp_min_"
+            covered = tuple(n for n, target, _ in fx if f"_{target}_" in ops)
             lines = tuple(dict.fromkeys(line for n, _, line in fx if n in covered and line))
             found.append(Kernel(name, source, covered, lines))
     return tuple(found)

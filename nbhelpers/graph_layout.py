@@ -37,6 +37,8 @@ class Drawing:
 def layout(n: int, edges: list[tuple[int, int]], widths: list[float], sweeps: int = 8) -> Drawing:
     """Lay out nodes 0..n-1 with the given box widths; cycles are allowed (some edges then point up)."""
     _check(n, edges, widths)
+    if n == 0:
+        return Drawing((), (), 2 * MARGIN, 2 * MARGIN, ())
     upward = _back_edges(n, edges)
     forward = [(d, s) if k in upward else (s, d) for k, (s, d) in enumerate(edges)]
     layer = _layers(n, forward)

@@ -28,6 +28,8 @@ const CSS = `
 .gv-path button { margin-right: 4px; }
 `;
 
+let arrows = 0;
+
 function svg(tag, attrs, parent) {
   const node = document.createElementNS(SVG_NS, tag);
   for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
@@ -56,7 +58,9 @@ function rowsOf(nodes, i, targetsLabel) {   // the same rows, in the same words,
   const rows = n.op ? [["op", n.op]] : [];
   rows.push(["module", n.path || "(outside modules)"]);
   for (const [attr, shape, dtype, bytes, sid, version] of n.saved) {
-    rows.push(["saved", `_saved_${attr} [${shape.join(", ")}] ${dtype} ${bytes.toLocaleString("en-US")} B storage #${sid} version ${version}`]);
+    rows.push(["saved", sid >= 0
+      ? `_saved_${attr} [${shape.join(", ")}] ${dtype} ${bytes.toLocaleString("en-US")} B storage #${sid} version ${version}`
+      : `_saved_${attr} packed by a saved-tensor hook as ${dtype}: no tensor held`]);
   }
   const labels = n.targets.map((t) => nodes[t].label);
   rows.push([targetsLabel, labels.length ? labels.join(", ") : "none"]);
@@ -102,7 +106,7 @@ function unpack(graph) {
   const nodes = graph.nodes.map(([label, kind, module, saved, targets, op, mark]) => {
     const group = chainOf(modules, module);
     return { label, kind, group, path: group.length ? group[group.length - 1] : "", saved, targets, op, mark,
-      storages: saved.map((s) => s[4]) };
+      storages: saved.map((s) => s[4]).filter((s) => s >= 0) };
   });
   nodes.forEach((n, i) => { n.rows = rowsOf(nodes, i, graph.targets_label || "gradients to"); });
   const views = graph.views.map((v) => ({
@@ -137,12 +141,13 @@ function makePane(graph, parent, hooks) {
     self.boxOf = new Map();
     view.boxes.forEach((b, i) => b.members.forEach((m) => self.boxOf.set(m, i)));
     picture.replaceChildren();
-    const marker = svg("marker", { id: "gv-arrow", viewBox: "0 0 6 6", refX: 6, refY: 3, markerWidth: 6,
+    const arrow = `gv-arrow-${++arrows}`;     // ids are page-wide: one per drawing
+    const marker = svg("marker", { id: arrow, viewBox: "0 0 6 6", refX: 6, refY: 3, markerWidth: 6,
       markerHeight: 6, orient: "auto" }, svg("defs", {}, picture));
     svg("path", { d: "M0,0 L6,3 L0,6 z", fill: "#777" }, marker);
     view.edges.forEach((e, i) => {
       svg("polyline", { points: e.points.map((p) => p.join(",")).join(" "), class: "gv-edge",
-        "marker-end": "url(#gv-arrow)", "data-edge": i }, picture);
+        "marker-end": `url(#${arrow})`, "data-edge": i }, picture);
     });
     view.boxes.forEach((b, i) => {
       const marks = new Set(b.members.map((m) => graph.nodes[m].mark).filter(Boolean));
@@ -271,7 +276,7 @@ function render({ model, el }) {
   const hooks = {
     click(pane, i) {
       const b = pane.view.boxes[i];
-      if (b.kind === "group") return setDepth(pane, b.key.slice(2).split(".").length);
+      if (b.kind === "group") return setDepth(pane, pane.depth + 1);   // open it: its members one level down
       pane.selected = b.members[0];
       pane.mark();
       showDetails(pane, pane.selected);
@@ -333,7 +338,7 @@ function render({ model, el }) {
   model.on("change:step", () => { if (model.get("step") !== panes[0].step) setStep(model.get("step")); });
   model.on("change:depth", () => { if (model.get("depth") >= 0 && model.get("depth") !== panes[0].depth) setDepth(panes[0], model.get("depth")); });
 
-  if (model.get("depth") >= 0) panes[0].depth = model.get("depth");
+  if (model.get("depth") >= 0) panes[0].depth = Math.min(model.get("depth"), panes[0].graph.views.length - 1);
   panes.forEach((p) => p.draw());
   showBar();
   panes[0].selected = model.get("selected");

@@ -53,7 +53,7 @@ class ViewNode:
 
     @property
     def storages(self) -> tuple[int, ...]:     # small ids in first-seen order; equal ids share memory
-        return tuple(s[4] for s in self.saved)
+        return tuple(s[4] for s in self.saved if s[4] >= 0)
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,8 @@ def from_autograd(graph: Graph) -> GraphData:
     nodes = []
     for n in graph.nodes:
         saved = tuple((s.attr, s.shape, str(s.dtype).replace("torch.", ""), s.nbytes,
-                       storage_ids.setdefault(s.storage_ptr, len(storage_ids)), s.version) for s in n.saved)
+                       storage_ids.setdefault(s.storage_ptr, len(storage_ids)), s.version) if not s.packed
+                      else (s.attr, (), s.packed, 0, -1, 0) for s in n.saved)   # a hook's object: no storage
         group = n.modules
         kind = "leaf" if n.is_leaf else "saves" if n.saved else "op"
         nodes.append(ViewNode(n.label, kind, group, saved, tuple(targets_of[n.id]), n.name if n.is_leaf else ""))
@@ -99,7 +100,8 @@ def details(data: GraphData, node: int) -> tuple[tuple[str, str], ...]:
     n = data.nodes[node]
     rows = [("op", n.op)] if n.op else []
     rows.append(("module", n.group[-1] if n.group else "(outside modules)"))
-    rows += [("saved", f"{attr} [{', '.join(map(str, shape))}] {dtype} {nbytes:,} B storage #{sid} version {v}")
+    rows += [("saved", f"{attr} [{', '.join(map(str, shape))}] {dtype} {nbytes:,} B storage #{sid} version {v}"
+              if sid >= 0 else f"{attr} packed by a saved-tensor hook as {dtype}: no tensor held")
              for attr, shape, dtype, nbytes, sid, v in n.saved]
     labels = [data.nodes[t].label for t in n.targets]
     rows.append((data.targets_label, ", ".join(labels) if labels else "none"))
@@ -188,22 +190,22 @@ _FILL = {"op": "#dbe8f7", "leaf": "#d9f2d9", "saves": "#fde7c8", "group": "#ece6
 _MARK = {"added": "#2a2", "removed": "#c22", "changed": "#c70"}
 
 
-def _state(data: GraphData) -> dict:
-    """The widget's `graph` trait: plain JSON, small. `modules` lists each module that ran as [path, index
-    of the module it ran in, or -1]; a node is [label, kind, index of its innermost module or -1, saved,
-    targets, op, mark] (a saved tensor's attr without its "_saved_" prefix); a box is [key, x, y, w],
+def _state(data: GraphData, laid_out: tuple | None = None) -> dict:
+    """The widget's `graph` trait: plain JSON, small. `modules` lists each chain of modules that ran once,
+    as [path, index of the entry it ran in, or -1] (a module shared by two parents is listed under each);
+    a node is [label, kind, index of its innermost module's entry or -1, saved, targets, op, mark] (a saved tensor's attr without its "_saved_" prefix); a box is [key, x, y, w],
     where "n:5" is node 5 and "g:A.b" the module A.b collapsed; an edge is [from box, to box, x of each
     layer it passes]: its ends are the boxes' centres and the layers are box_h + layer_gap apart."""
-    all_views = views(data)
-    modules: dict[str, int] = {}
-    parents = []
+    all_views = laid_out if laid_out is not None else views(data)
+    chains: dict[tuple[str, ...], int] = {}            # every chain prefix once: a shared module has two
+    entries = []
     for n in data.nodes:
-        for k, path in enumerate(n.group):
-            if path not in modules:
-                modules[path] = len(modules)
-                parents.append(modules[n.group[k - 1]] if k else -1)
-    return {"modules": [[path, parent] for path, parent in zip(modules, parents)],
-            "nodes": [[n.label, n.kind, modules[n.group[-1]] if n.group else -1,
+        for k in range(len(n.group)):
+            if n.group[:k + 1] not in chains:
+                chains[n.group[:k + 1]] = len(entries)
+                entries.append([n.group[k], chains[n.group[:k]] if k else -1])
+    return {"modules": entries,
+            "nodes": [[n.label, n.kind, chains[n.group] if n.group else -1,
                        [[a.removeprefix("_saved_"), list(sh), dt, b, i, v] for a, sh, dt, b, i, v in n.saved],
                        list(n.targets), n.op, n.mark] for n in data.nodes],
             "order": list(data.order), "first": first_depth(all_views), "title": data.title,
@@ -225,15 +227,17 @@ def show(data: GraphData, selected: int | None = None):
     """
     if selected is not None:
         _check_node(data, selected, "selected")
-    widget = _widget_class()(graph=_text(data), selected=-1 if selected is None else selected)
-    widget._views = (views(data),)
+    laid_out = views(data)
+    widget = _widget_class()(graph=_text(data, laid_out), selected=-1 if selected is None else selected)
+    widget._views = (laid_out,)
     return widget
 
 
 def show_diff(d):
     """The two graphs of a `graph_diff.GraphDiff` side by side, added, removed and changed nodes outlined."""
-    widget = _widget_class()(graph=_text(d.a), other=_text(d.b))
-    widget._views = (views(d.a), views(d.b))
+    left, right = views(d.a), views(d.b)
+    widget = _widget_class()(graph=_text(d.a, left), other=_text(d.b, right))
+    widget._views = (left, right)
     return widget
 
 
@@ -248,8 +252,8 @@ def _picture(all_views: tuple[tuple[View, ...], ...], depth: int, selected: int)
             f'<g transform="translate({left.width + 20:.0f},0)">{render_svg(right)}</g></svg>')
 
 
-def _text(data: GraphData) -> str:
-    return json.dumps(_state(data), sort_keys=True, separators=(",", ":"))
+def _text(data: GraphData, laid_out: tuple) -> str:
+    return json.dumps(_state(data, laid_out), sort_keys=True, separators=(",", ":"))
 
 
 def _widget_class():

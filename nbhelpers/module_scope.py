@@ -9,13 +9,15 @@ backward, `torch._C._current_autograd_node()` is the node being run, so its tag 
 "Created during it" is decided by sequence numbers: each node's `_sequence_nr()` is a per-thread counter
 of node creation, read at module entry with a throwaway view node; AccumulateGrad nodes (which have the
 largest possible number) are tagged with the module that owns their parameter. Unlike
-`torch.utils.module_tracker.ModuleTracker` it registers no hooks on tensors, which would create
-reference cycles that keep graphs alive until the garbage collector runs.
+`torch.utils.module_tracker.ModuleTracker`, which registers `register_multi_grad_hook` on each module's
+inputs and outputs, it registers no hooks on tensors: the graph it tags is the one the model built.
+The leave hook is registered with `always_call=True`, so a forward that raises still pops the stack.
 
 Example:
-    with module_scope.record() as scope:
-        loss = model(x).sum()
-    module_scope.module_of(loss.grad_fn)        # 'Sequential' (or a deeper path)
+    with module_scope.record():
+        loss = model(x).sum()                  # the sum runs outside the model
+    module_scope.module_of(loss.grad_fn.next_functions[0][0])   # e.g. 'Sequential.2'
+    module_scope.module_of(loss.grad_fn)                        # '(outside modules)'
 """
 from __future__ import annotations
 
@@ -56,13 +58,14 @@ class _Scope:
 
     def __enter__(self):
         self.handles = [torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
-                        torch.nn.modules.module.register_module_forward_hook(self._leave_module)]
+                        torch.nn.modules.module.register_module_forward_hook(self._leave_module,
+                                                                             always_call=True)]
         return self
 
     def __exit__(self, *exc):
         for h in self.handles:
             h.remove()
-        self.handles = []
+        self.handles, self.stack = [], []
 
     def current(self) -> tuple[str, str]:
         """(module path, "forward" or "backward") for the op running now."""

@@ -196,3 +196,46 @@ def test_the_compact_state_gives_back_every_drawn_edge():
             decoded = _decoded_route(packed, edge, state["box_h"], state["layer_gap"])
             assert len(decoded) == len(drawn["points"])
             assert all(abs(a - c) <= 1 and abs(b - e) <= 1 for (a, b), (c, e) in zip(decoded, drawn["points"]))
+
+
+def test_a_shared_submodule_keeps_each_nodes_own_chain_in_the_state():
+    class Pair(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc, self.dec = nn.Sequential(nn.Linear(3, 3)), nn.Sequential(nn.Tanh())
+            self.dec.append(self.enc[0])                       # one Linear, run under both parents
+
+        def forward(self, x):
+            return self.dec(self.enc(x))
+
+    data = _graph(Pair(), torch.randn(2, 3))
+    state = graph_view._state(data)
+
+    def chain(index):                                         # what graph_view.js's chainOf() rebuilds
+        out = []
+        while index >= 0:
+            out.insert(0, state["modules"][index][0])
+            index = state["modules"][index][1]
+        return tuple(out)
+
+    assert [chain(node[2]) for node in state["nodes"]] == [n.group for n in data.nodes]
+    assert {n.group[1] for n in data.nodes if len(n.group) > 1} == {"Pair.enc", "Pair.dec"}
+
+
+def test_checkpointed_saves_hold_no_storage():
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    with module_scope.record():
+        loss = checkpoint(block, torch.randn(2, 4, requires_grad=True), use_reentrant=False).sum()
+    data = graph_view.from_autograd(autograd_graph.trace(loss, module=block))
+    packed = [i for i, n in enumerate(data.nodes) if n.saved]
+    assert packed and all(data.nodes[i].storages == () for i in packed)     # nothing to share on hover
+    assert all("packed by a saved-tensor hook as _Holder: no tensor held" in text
+               for i in packed for field, text in graph_view.details(data, i) if field == "saved")
+
+
+def test_an_empty_layout_is_empty():
+    drawing = graph_layout.layout(0, [], [])
+    assert drawing.boxes == () and drawing.routes == ()
