@@ -127,6 +127,9 @@ def _run_rank(rank, world_size, backend, init, timeout_s, worker, args, channel)
     try:
         dist.init_process_group(backend, init_method=init, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
+        # every rank finishes connecting before any runs: a rank whose worker returns at once would
+        # otherwise exit while a peer is still in gloo's connectFullMesh ("Connection closed by peer")
+        dist.barrier()
         result = worker(rank, world_size, *args)
         channel.put((rank, True, pickle.dumps(result)))
     except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent, with its rank
