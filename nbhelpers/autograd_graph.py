@@ -17,11 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from nbhelpers.module_scope import OUTSIDE, modules_of
+from nbhelpers.module_scope import _ACCUMULATE, OUTSIDE, modules_of
 
 __all__ = ["SavedTensor", "Node", "Edge", "Graph", "trace"]
-
-_ACCUMULATE = "torch::autograd::AccumulateGrad"
 
 
 @dataclass(frozen=True)

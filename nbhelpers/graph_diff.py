@@ -24,8 +24,10 @@ class GraphDiff:
     a: GraphData                               # "removed": only here; "changed": saved bytes differ
     b: GraphData                               # "added": only here
     matched: tuple[tuple[int, int], ...]
-    saved_bytes: tuple[int, int]               # what each side's nodes keep for backward
 
+    @property
+    def saved_bytes(self) -> tuple[int, int]:  # what each side's nodes keep for backward
+        return sum(n.saved_bytes for n in self.a.nodes), sum(n.saved_bytes for n in self.b.nodes)
 
 
 def diff(a: GraphData, b: GraphData) -> GraphDiff:
@@ -51,5 +53,4 @@ def diff(a: GraphData, b: GraphData) -> GraphDiff:
                      for i, n in enumerate(a.nodes))
     marked_b = tuple(replace(n, mark="changed" if j in changed_b else "" if j in in_b else "added")
                      for j, n in enumerate(b.nodes))
-    return GraphDiff(replace(a, nodes=marked_a), replace(b, nodes=marked_b), matched,
-                     (sum(n.saved_bytes for n in a.nodes), sum(n.saved_bytes for n in b.nodes)))
+    return GraphDiff(replace(a, nodes=marked_a), replace(b, nodes=marked_b), matched)

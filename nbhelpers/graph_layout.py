@@ -31,21 +31,22 @@ class Drawing:
     routes: tuple[tuple[tuple[float, float], ...], ...]      # per edge, in the order given
     width: float
     height: float
-    layers: tuple[int, ...]                                  # per node
 
 
 def layout(n: int, edges: list[tuple[int, int]], widths: list[float], sweeps: int = 8) -> Drawing:
     """Lay out nodes 0..n-1 with the given box widths; cycles are allowed (some edges then point up)."""
     _check(n, edges, widths)
     if n == 0:
-        return Drawing((), (), 2 * MARGIN, 2 * MARGIN, ())
+        return Drawing((), (), 2 * MARGIN, 2 * MARGIN)
     upward = _back_edges(n, edges)
     forward = [(d, s) if k in upward else (s, d) for k, (s, d) in enumerate(edges)]
     layer = _layers(n, forward)
     chains, nodes_in = _split_long_edges(n, forward, layer)
-    order = _order(nodes_in, chains, sweeps if n <= 2000 else min(sweeps, 4), n)   # big graphs: fewer sweeps
-    x = _place(order, chains, widths, n)
-    return _draw(n, edges, upward, chains, layer, order, x, widths)
+    total = max([n] + [v + 1 for row in nodes_in for v in row])      # nodes plus the long edges' dummies
+    up, down = _neighbours(chains, total)
+    order = _order(nodes_in, up, down, sweeps if n <= 2000 else min(sweeps, 4), total)   # big: fewer sweeps
+    x = _place(order, up, down, widths, n)
+    return _draw(n, upward, chains, layer, order, x, widths)
 
 
 def crossings(drawing: Drawing) -> int:
@@ -141,12 +142,10 @@ def _neighbours(chains, total: int):
     return up, down
 
 
-def _order(nodes_in, chains, sweeps: int, n: int) -> list[list[int]]:
+def _order(nodes_in, up, down, sweeps: int, total: int) -> list[list[int]]:
     """Sweep down and up, each row sorted by its neighbours' mean (even sweeps) or median (odd pairs)
     position in the row just placed, with adjacent swaps after each sweep on graphs small enough; keep
     the order with the fewest crossings seen (Gansner et al.'s dot ordering, simplified)."""
-    total = max([n] + [v + 1 for row in nodes_in for v in row])
-    up, down = _neighbours(chains, total)
     starts = [[list(row) for row in nodes_in]]
     if total <= 1000:                                # small: also start from the mirrored order
         starts.append([list(reversed(row)) for row in nodes_in])
@@ -232,10 +231,8 @@ def _pair_cost(left, right, up, down, above, below) -> int:
     return cost
 
 
-def _place(order, chains, widths, n: int) -> dict[int, float]:
+def _place(order, up, down, widths, n: int) -> dict[int, float]:
     """Centre x of every vertex: packed left to right, then pulled towards neighbours' centres."""
-    total = max([n] + [v + 1 for row in order for v in row])
-    up, down = _neighbours(chains, total)
     width = lambda v: widths[v] if v < n else DUMMY_W      # noqa: E731
     x = {}
     for row in order:
@@ -266,7 +263,7 @@ def _fit(row, wanted, width, x) -> None:
         x[v] = p
 
 
-def _draw(n, edges, upward, chains, layer, order, x, widths) -> Drawing:
+def _draw(n, upward, chains, layer, order, x, widths) -> Drawing:
     top = lambda depth: MARGIN + depth * (BOX_H + LAYER_GAP)     # noqa: E731
     boxes = tuple((round(x[v] - widths[v] / 2, 1), top(layer[v]), float(widths[v]), BOX_H) for v in range(n))
     depth_of = {v: k for k, row in enumerate(order) for v in row}
@@ -280,4 +277,4 @@ def _draw(n, edges, upward, chains, layer, order, x, widths) -> Drawing:
         routes.append(tuple(reversed(points)) if k in upward else tuple(points))
     right = max(b[0] + b[2] for b in boxes) if boxes else 0.0
     bottom = max((b[1] + b[3] for b in boxes), default=0.0)
-    return Drawing(boxes, tuple(routes), round(right + MARGIN, 1), bottom + MARGIN, tuple(layer))
+    return Drawing(boxes, tuple(routes), round(right + MARGIN, 1), bottom + MARGIN)

@@ -69,15 +69,13 @@ function rowsOf(nodes, i, targetsLabel) {   // the same rows, in the same words,
   return rows;
 }
 
-function unpackBox(nodes, labels, h, [key, x, y, w]) {
+function unpackBox(nodes, labels, membersOf, h, [key, x, y, w]) {
   if (key.startsWith("n:")) {
     const i = Number(key.slice(2));
     return { key, x, y, w, h, label: nodes[i].label, kind: nodes[i].kind, members: [i] };
   }
   const path = key.slice(2);
-  const members = [];
-  nodes.forEach((n, i) => { if (n.group.includes(path)) members.push(i); });
-  return { key, x, y, w, h, label: labels.get(path), kind: "group", members };
+  return { key, x, y, w, h, label: labels.get(path), kind: "group", members: membersOf.get(path) || [] };
 }
 
 function chainOf(modules, index) {   // the modules running when a node was made, outermost first
@@ -106,11 +104,19 @@ function unpack(graph) {
   const nodes = graph.nodes.map(([label, kind, module, saved, targets, op, mark]) => {
     const group = chainOf(modules, module);
     return { label, kind, group, path: group.length ? group[group.length - 1] : "", saved, targets, op, mark,
-      storages: saved.map((s) => s[4]).filter((s) => s >= 0) };
+      storages: saved.map((s) => s[4]).filter((s) => s >= 0), savedBytes: saved.reduce((t, s) => t + s[3], 0) };
   });
-  nodes.forEach((n, i) => { n.rows = rowsOf(nodes, i, graph.targets_label || "gradients to"); });
+  const membersOf = new Map();     // module path -> the nodes made inside it, once for all views
+  nodes.forEach((n, i) => {
+    n.rows = rowsOf(nodes, i, graph.targets_label || "gradients to");
+    for (const path of new Set(n.group)) {
+      if (!membersOf.has(path)) membersOf.set(path, []);
+      membersOf.get(path).push(i);
+    }
+  });
   const views = graph.views.map((v) => ({
-    width: v.width, height: v.height, boxes: v.boxes.map((b) => unpackBox(nodes, labels, graph.box_h, b)),
+    width: v.width, height: v.height,
+    boxes: v.boxes.map((b) => unpackBox(nodes, labels, membersOf, graph.box_h, b)),
     edges: v.edges.map(([from, to, ...xs]) => ({ from, to, points: route(v.boxes[from], v.boxes[to], xs, graph) })),
   }));
   return { nodes, views, labels, order: graph.order, first: graph.first, title: graph.title || "" };
@@ -155,7 +161,7 @@ function makePane(graph, parent, hooks) {
         "data-key": b.key }, picture);
       svg("rect", { x: b.x, y: b.y, width: b.w, height: b.h, rx: 5, fill: FILL[b.kind] }, g);
       svg("text", { x: b.x + b.w / 2, y: b.y + b.h / 2 + 4, "text-anchor": "middle" }, g).textContent = shownLabel(b);
-      const bytes = b.members.reduce((t, m) => t + graph.nodes[m].saved.reduce((s, x) => s + x[3], 0), 0);
+      const bytes = b.members.reduce((t, m) => t + graph.nodes[m].savedBytes, 0);
       svg("title", {}, g).textContent = b.kind === "group"
         ? `${b.key.slice(2)}: ${b.members.length} nodes, ${bytes.toLocaleString("en-US")} B saved` : b.label;
       g.addEventListener("click", () => hooks.click(self, i));

@@ -22,12 +22,14 @@ Example:
 from __future__ import annotations
 
 import html
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from nbhelpers import graph_layout
 from nbhelpers.autograd_graph import Graph
+from nbhelpers.module_scope import OUTSIDE
 
 __all__ = ["ViewNode", "GraphData", "from_autograd", "views", "first_depth", "details", "render_svg", "show",
            "show_diff", "MAX_BOXES"]                 # View is what views() returns
@@ -99,7 +101,7 @@ def details(data: GraphData, node: int) -> tuple[tuple[str, str], ...]:
     _check_node(data, node, "node")
     n = data.nodes[node]
     rows = [("op", n.op)] if n.op else []
-    rows.append(("module", n.group[-1] if n.group else "(outside modules)"))
+    rows.append(("module", n.group[-1] if n.group else OUTSIDE))
     rows += [("saved", f"{attr} [{', '.join(map(str, shape))}] {dtype} {nbytes:,} B storage #{sid} version {v}"
               if sid >= 0 else f"{attr} packed by a saved-tensor hook as {dtype}: no tensor held")
              for attr, shape, dtype, nbytes, sid, v in n.saved]
@@ -118,8 +120,9 @@ def views(data: GraphData) -> tuple[View, ...]:
     no browser draws it usefully; search and the shallower views still reach every node."""
     _check(data)
     deepest = max((len(n.group) for n in data.nodes), default=0)
-    depths = [d for d in range(deepest + 1) if d == 0 or _box_count(data, d) <= MAX_DRAWN]
-    return tuple(_view(data, d) for d in range(len(depths)) if d in depths)
+    # stop at the first depth that is too big: view i must be depth i (the widget indexes views by depth)
+    depths = itertools.takewhile(lambda d: d == 0 or _box_count(data, d) <= MAX_DRAWN, range(deepest + 1))
+    return tuple(_view(data, d) for d in depths)
 
 
 def _box_count(data: GraphData, depth: int) -> int:
@@ -137,7 +140,7 @@ def _view(data: GraphData, depth: int) -> View:
                           "kind": "group" if key[0] == "g" else n.kind})
         box = boxes[keys[key]]
         box["members"].append(i)
-        box["bytes"] += sum(entry[3] for entry in n.saved)
+        box["bytes"] += n.saved_bytes
         box["mark"] = box.get("mark") or n.mark
         box_of.append(keys[key])
     pairs = sorted({(box_of[s], box_of[d]) for s, d in data.edges if box_of[s] != box_of[d]})
@@ -165,7 +168,7 @@ def first_depth(all_views: tuple[View, ...]) -> int:
     return max(fitting) if fitting else 0
 
 
-def render_svg(view: View, selected: int | None = None, data: GraphData | None = None) -> str:
+def render_svg(view: View, selected: int | None = None) -> str:
     """The view as an SVG string; a box holding node `selected` is outlined."""
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {view.width:.0f} {view.height:.0f}" '
              f'width="{view.width:.0f}" height="{view.height:.0f}" font-family="sans-serif" font-size="11">',

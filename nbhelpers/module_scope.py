@@ -52,7 +52,7 @@ class _Scope:
     """The running module's path in forward (a stack) and in backward (the running node's tag)."""
 
     def __init__(self):
-        self.stack: list[tuple[str, torch.nn.Module, int]] = []
+        self.stack: list[tuple[str, int]] = []           # (path, first sequence nr) per running module
         self.names: dict[int, str] = {}              # id(module) -> path, from the outermost module
         self.handles = []
 
@@ -81,11 +81,11 @@ class _Scope:
         name = self.names.get(id(module), type(module).__name__)
         with torch.enable_grad():
             first = _next_sequence_nr()
-        self.stack.append((name, module, first))
+        self.stack.append((name, first))
 
     def _leave_module(self, module, args, output):
         chain = tuple(entry[0] for entry in self.stack)
-        _, _, first = self.stack.pop() if self.stack else (None, module, 0)
+        _, first = self.stack.pop() if self.stack else (None, 0)
         chain = chain or (type(module).__name__,)
         owned = {id(p) for p in module.parameters()}
         for t in tree_flatten(output)[0]:
