@@ -68,7 +68,7 @@ trace: $(STAMP)
 CLAIMS_TORCH ?= 2.13.0
 CLAIMS_TORCHVISION ?= 0.28.0
 CLAIMS_VENV := .venv-claims
-OTHER_PINS := $(shell grep -oE '"[A-Za-z0-9_.-]+==[^"]+"' pyproject.toml | grep -vE '"torch(vision)?==' | tr -d '"')
+OTHER_PINS = $(shell grep -oE '"[A-Za-z0-9_.-]+==[^"]+"' pyproject.toml | grep -vE '"torch(vision)?==' | tr -d '"')
 claims:
 	@test -x $(CLAIMS_VENV)/bin/python || $(PYTHON) -m venv $(CLAIMS_VENV)
 	$(CLAIMS_VENV)/bin/python -m pip install -q "torch==$(CLAIMS_TORCH)" "torch!=$(CLAIMS_TORCH)+cpu" \

@@ -12,19 +12,21 @@ row names no notebook. The executed copies are kept under build/claims/ for read
 """
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from nbhelpers._atomic import write_atomic
-from nbhelpers._notebook_tools import REPO, sanitize_rules
+from nbhelpers._notebook_tools import REPO, apply_rules, sanitize_rules
 
-__all__ = ["CellResult", "run_notebook", "row_outcomes", "render_report", "main"]
+__all__ = ["CellResult", "ROW", "LINK", "index_rows", "run_notebook", "row_outcomes", "render_report", "main"]
 
 NOTEBOOKS = REPO / "notebooks"
-_ROW = re.compile(r"^\| (?P<section>[\d.]+) \| (?P<claim>.+?) \| (?P<verdict>[^|]+?) \| "
+ROW = re.compile(r"^\| (?P<section>[\d.]+) \| (?P<claim>.+?) \| (?P<verdict>[^|]+?) \| "
                   r"(?P<where>[^|]+?) \| (?P<heading>.+) \|$")
-_LINK = re.compile(r"^\[\d\d\]\((?P<file>\d\d_[a-z0-9_]+\.ipynb)\)$")
+LINK = re.compile(r"^\[\d\d\]\((?P<file>\d\d_[a-z0-9_]+\.ipynb)\)$")
+COMMITTED_TORCH = re.search(r'"torch==([^"]+)"', (REPO / "pyproject.toml").read_text())[1]  # what outputs are from
 _CASCADE = {"NameError"}                       # a name an earlier failing cell never defined
 
 
@@ -46,12 +48,6 @@ class NotebookRun:
     error: str = ""
 
 
-def _clean(text: str, rules) -> str:
-    for pattern, replacement in rules:
-        text = pattern.sub(replacement, text)
-    return text
-
-
 def _shown(outputs, rules) -> list[str]:
     """What strict nbval compares: stream text, plain-text results, and error names and values."""
     shown = []
@@ -62,7 +58,7 @@ def _shown(outputs, rules) -> list[str]:
             shown.append(f"error: {out['ename']}: {out['evalue']}")
         elif "text/plain" in out.get("data", {}) and "application/vnd.jupyter.widget-view+json" not in out["data"]:
             shown.append(f"result: {out['data']['text/plain']}")
-    return _clean("".join(shown), rules).splitlines()
+    return apply_rules("".join(shown), rules).splitlines()
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -108,7 +104,7 @@ def run_notebook(path: Path, executed: Path, timeout_s: int = 600, reuse: bool =
     if reuse and executed.exists():
         ran = nbformat.read(executed, as_version=4)
     else:
-        ran = nbformat.read(path, as_version=4)            # the committed file is never written
+        ran = copy.deepcopy(stored)                        # the committed file is never written
         try:
             NotebookClient(ran, timeout=timeout_s, kernel_name="python3", allow_errors=True,
                            resources={"metadata": {"path": str(path.parent)}}, record_timing=False,
@@ -134,15 +130,16 @@ def run_notebook(path: Path, executed: Path, timeout_s: int = 600, reuse: bool =
     return run
 
 
-def _rows(index_text: str) -> list[dict]:
-    return [m.groupdict() for m in map(_ROW.match, index_text.splitlines()) if m]
+def index_rows(index_text: str) -> list[dict]:
+    """The myth index's table rows (notebooks/README.md), as dicts of the named groups of ROW."""
+    return [m.groupdict() for m in map(ROW.match, index_text.splitlines()) if m]
 
 
 def row_outcomes(rows: list[dict], runs: dict[str, NotebookRun]) -> list[tuple[dict, str, str]]:
     """(row, outcome, detail) for every myth-index row: held, changed or could not run."""
     outcomes = []
     for row in rows:
-        link = _LINK.match(row["where"])
+        link = LINK.match(row["where"])
         run = runs.get(link["file"]) if link else None
         if run is None:
             outcomes.append((row, "could not run", "no notebook settles it (history or other hardware)"))
@@ -168,7 +165,7 @@ def render_report(torch_version: str, runs: dict[str, NotebookRun], outcomes) ->
     counts = {k: sum(o == k for _, o, _ in outcomes) for k in ("held", "changed", "could not run")}
     lines = [f"# The myth index on torch {torch_version}", "",
              "Written by `make claims` (`nbhelpers/_claims.py`): every notebook run on this torch, each myth-index row's",
-             "section compared with the committed outputs (2.14.1) through `tests/nbval_sanitize.cfg`.", "",
+             f"section compared with the committed outputs ({COMMITTED_TORCH}) through `tests/nbval_sanitize.cfg`.", "",
              f"{len(outcomes)} rows: {counts['held']} held, {counts['changed']} changed, "
              f"{counts['could not run']} could not run.", "", "## Notebooks", "",
              "| notebook | code cells | same | differ | failed | after a failure |", "|---|---|---|---|---|---|"]
@@ -176,7 +173,7 @@ def render_report(torch_version: str, runs: dict[str, NotebookRun], outcomes) ->
         tally = {s: sum(c.status == s for c in run.cells) for s in ("same", "differs", "failed", "cascade")}
         lines.append(f"| {name} | {len(run.cells)} | {tally['same']} | {tally['differs']} | {tally['failed']} | "
                      f"{tally['cascade']} |" + (f" {run.error}" if run.error else ""))
-    lines += ["", "## Rows", "", "| § | claim | verdict on 2.14.1 | on " + torch_version + " | why |",
+    lines += ["", "## Rows", "", f"| § | claim | verdict on {COMMITTED_TORCH} | on {torch_version} | why |",
               "|---|---|---|---|---|"]
     for row, outcome, detail in outcomes:
         detail = detail.replace("|", "\\|").replace("\n", " ")
@@ -193,7 +190,7 @@ def main(out: Path, notebooks: list[Path] | None = None, reuse: bool = False) ->
     for path in notebooks:
         print(f"running {path.name} on torch {torch.__version__} ...", flush=True)
         runs[path.name] = run_notebook(path, REPO / "build" / "claims" / version / path.name, reuse=reuse)
-    outcomes = row_outcomes(_rows((NOTEBOOKS / "README.md").read_text()), runs)
+    outcomes = row_outcomes(index_rows((NOTEBOOKS / "README.md").read_text()), runs)
     write_atomic(out, render_report(version, runs, outcomes).encode())
     print(f"wrote {out}")
     return 0

@@ -43,29 +43,33 @@ def execute_notebook(path: str | os.PathLike, timeout_s: int = 600) -> None:
     write_atomic(path, nbformat.writes(nb).encode())
 
 
-def sanitize_rules(cfg: Path = _SANITIZE_CFG, stored: bool = False) -> list[tuple[re.Pattern, str]]:
+def sanitize_rules(stored: bool = False) -> list[tuple[re.Pattern, str]]:
     """The (regex, replacement) pairs of nbval's sanitize file, in file order.
 
     stored=True leaves out the rules marked `stored: no` (kept in what a reader sees).
     """
     parser = configparser.ConfigParser(interpolation=None)
-    parser.read(cfg)
+    parser.read(_SANITIZE_CFG)
     return [(re.compile(parser[s]["regex"]), parser[s]["replace"]) for s in parser.sections()
             if not (stored and parser[s].get("stored") == "no")]
 
 
-def sanitize_outputs(nb, rules: list[tuple[re.Pattern, str]] | None = None) -> None:
+def apply_rules(text: str, rules: list[tuple[re.Pattern, str]]) -> str:
+    for pattern, replacement in rules:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def sanitize_outputs(nb) -> None:
     """Apply the sanitize file to `nb`'s stored outputs, in place.
 
     strict nbval sanitizes both sides before comparing, so this changes no verdict; it keeps
     temporary paths, kernel pids and addresses of this run out of what a reader sees.
     """
-    rules = sanitize_rules(stored=True) if rules is None else rules
+    rules = sanitize_rules(stored=True)
 
     def clean(text: str) -> str:
-        for pattern, replacement in rules:
-            text = pattern.sub(replacement, text)
-        return text
+        return apply_rules(text, rules)
 
     for cell in nb.cells:
         for out in cell.get("outputs", []):

@@ -108,10 +108,10 @@ def capture(fn: Callable, *args, kernels: bool = True, **kwargs) -> CompileRepor
     try:
         with contextlib.redirect_stderr(io.StringIO()):   # Dynamo's graph-break warnings: reported below
             torch.compile(fn, backend=recording_backend)(*args, **kwargs)
-        if not graphs and not reasons:
+        if not graphs:                                # a break always comes with a graph
             reasons = _why_nothing_was_traced(fn, args, kwargs)
         fx = tuple(_fx_graph(gm) for gm, _ in graphs)
-        found = _kernels(*graphs[0]) if kernels and graphs else ()
+        found = _kernels(*graphs[0], fx[0]) if kernels and graphs else ()
     finally:
         torch.compiler.reset()
     return CompileReport(fx, _deduplicated(reasons), found)
@@ -164,23 +164,26 @@ def _deduplicated(reasons) -> tuple[Break, ...]:
         key = (_ALIASES.get(gb_type.split()[0], gb_type), line)
         counts[key] = counts.get(key, 0) + 1
     known = registry()
-    return tuple(Break(known.get(gb, {}).get("code", ""), gb, line, n, known.get(gb, {}).get("explanation", ""),
-                       known.get(gb, {}).get("hints", ())) for (gb, line), n in counts.items())
+    found = []
+    for (gb, line), n in counts.items():
+        info = known.get(gb, {})
+        found.append(Break(info.get("code", ""), gb, line, n, info.get("explanation", ""), info.get("hints", ())))
+    return tuple(found)
 
 
 _KERNEL = re.compile(r"^(\w+) = async_compile\.\w+\(.*?r?'{3}(.*?)'{3}", re.S | re.M)
 _NAME_PARTS = re.compile(r"^(cpp|triton)_(fused|poi|red|per)_|_\d+$")
 
 
-def _kernels(gm, example_inputs) -> tuple[Kernel, ...]:
-    """Compile one Dynamo graph with inductor; each kernel and the FX nodes whose ops it fuses."""
+def _kernels(gm, example_inputs, graph: FxGraph) -> tuple[Kernel, ...]:
+    """Compile one Dynamo graph (`graph` is its FxGraph) with inductor; each kernel and the FX nodes
+    whose ops it fuses."""
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.utils import run_and_get_code
 
     with torch.no_grad():
         _, codes = run_and_get_code(lambda: compile_fx(gm, example_inputs))     # compiled, never run
-    fx = [(n.name, getattr(n.target, "__name__", str(n.target)).strip("_"), _user_line(n.meta.get("stack_trace")))
-          for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")]
+    fx = [(n.name, n.target.strip("_"), n.line) for n in graph.nodes if n.op.startswith("call_")]
     found = []
     for code in codes:
         for name, source in _KERNEL.findall(code):

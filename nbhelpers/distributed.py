@@ -103,9 +103,11 @@ def _check_alive(processes, results, reporting: int | None = None, grace_s: floa
     error, give the others `grace_s` to exit: a rank that died hard (os._exit, a segfault) breaks its
     peers' connections, and its death, not their "connection closed by peer", is the cause to name."""
     for rank, p in enumerate(processes):
-        if rank != reporting and rank not in results and grace_s:
+        if rank == reporting or rank in results:
+            continue
+        if grace_s:
             p.join(timeout=grace_s / len(processes))
-        if rank != reporting and rank not in results and p.exitcode not in (None, 0):
+        if p.exitcode not in (None, 0):
             raise RankFailure(rank, f"its process exited with code {p.exitcode} before reporting (it could not "
                                     f"start the worker, or was killed); its stderr says why")
 
