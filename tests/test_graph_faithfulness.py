@@ -88,17 +88,16 @@ class Recurrent(nn.Module):
         return out.sum() + h.sum() * c.mean()
 
 
-def _case(name):
-    torch.manual_seed(0)
-    cases = {"mlp": (models.mlp(), torch.rand(4, 28, 28)), "cnn": (models.cnn(), torch.rand(2, 1, 28, 28)),
-             "residual": (Residual(), torch.randn(3, 6)), "shared weights": (Shared(), torch.randn(2, 5)),
-             "in-place on a view": (InPlaceView(), torch.randn(2, 4)),
-             "custom Function": (CustomFunction(), torch.randn(2, 3)),
-             "checkpointing": (Checkpointed(), torch.randn(2, 4)),
-             "retain_graph, two backwards": (Residual(), torch.randn(2, 6)),
-             "tensor hooks": (Residual(), torch.randn(2, 6)),
-             "multi-output op (split, LSTM)": (nn.ModuleList([SplitHeads(), Recurrent()]), None)}
-    return cases[name]
+CASES = {"mlp": lambda: (models.mlp(), torch.rand(4, 28, 28)),
+         "cnn": lambda: (models.cnn(), torch.rand(2, 1, 28, 28)),
+         "residual": lambda: (Residual(), torch.randn(3, 6)),
+         "shared weights": lambda: (Shared(), torch.randn(2, 5)),
+         "in-place on a view": lambda: (InPlaceView(), torch.randn(2, 4)),
+         "custom Function": lambda: (CustomFunction(), torch.randn(2, 3)),
+         "checkpointing": lambda: (Checkpointed(), torch.randn(2, 4)),
+         "retain_graph, two backwards": lambda: (Residual(), torch.randn(2, 6)),
+         "tensor hooks": lambda: (Residual(), torch.randn(2, 6)),
+         "multi-output op (split, LSTM)": lambda: (nn.ModuleList([SplitHeads(), Recurrent()]), None)}
 
 
 def _forward(model, x):
@@ -130,7 +129,7 @@ def _replay(loss, graph):
     return leaf_grads
 
 
-def _real_order(loss, graph, backwards=1, hooks=()):
+def _real_order(loss, backwards=1):
     fns = autograd_graph._walk(loss.grad_fn)
     ran = []
     handles = [fn.register_prehook(lambda grads, i=i: ran.append(i)) for i, fn in enumerate(fns)]
@@ -143,13 +142,10 @@ def _real_order(loss, graph, backwards=1, hooks=()):
     return ran
 
 
-NAMES = ["mlp", "cnn", "residual", "shared weights", "in-place on a view", "custom Function", "checkpointing",
-         "retain_graph, two backwards", "tensor hooks", "multi-output op (split, LSTM)"]
-
-
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", CASES)
 def test_replaying_the_traced_graph_reproduces_backward(name):
-    model, x = _case(name)
+    torch.manual_seed(0)
+    model, x = CASES[name]()
     seen_by_hook = []
     with module_scope.record():
         loss = _forward(model, x)
@@ -159,7 +155,7 @@ def test_replaying_the_traced_graph_reproduces_backward(name):
     graph = autograd_graph.trace(loss, module=model)
     backwards = 2 if name.startswith("retain_graph") else 1
     replayed = [_replay(loss, graph) for _ in range(backwards)]
-    real = _real_order(loss, graph, backwards)
+    real = _real_order(loss, backwards)
     assert real == list(graph.order) * backwards                # the order pre-hooks record
     leaves = [p for p in model.parameters() if p.requires_grad]
     assert leaves and all(p in replayed[0] for p in leaves)      # every parameter is a traced leaf

@@ -139,11 +139,16 @@ def page(lab):
     assert not blocked, f"the page tried to leave the machine: {blocked}"
 
 
-def open_and_run_all(page, lab, notebook: str) -> None:
-    """Open `notebook`, wait for its kernel, then Run All Cells (resolves when the run is done)."""
+def open_notebook(page, lab, notebook: str) -> None:
+    """Open `notebook` and wait for its kernel (the widget manager restores stored views then)."""
     page.goto(f"{lab['base']}/lab/tree/{notebook}?token={lab['token']}&reset")
     page.locator(".jp-NotebookPanel").first.wait_for()
     page.wait_for_function(KERNEL_READY, timeout=120_000)
+
+
+def open_and_run_all(page, lab, notebook: str) -> None:
+    """Open `notebook`, wait for its kernel, then Run All Cells (resolves when the run is done)."""
+    open_notebook(page, lab, notebook)
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
 
 
@@ -169,9 +174,7 @@ def _graph_views(page):
 
 @pytest.mark.browser
 def test_the_committed_graph_notebook_shows_every_graph_without_running(page, lab):
-    page.goto(f"{lab['base']}/lab/tree/02_autograd_graph.ipynb?token={lab['token']}&reset")
-    page.locator(".jp-NotebookPanel").first.wait_for()
-    page.wait_for_function(KERNEL_READY, timeout=120_000)             # the widget manager restores then
+    open_notebook(page, lab, "02_autograd_graph.ipynb")
     views = _graph_views(page)
     views.nth(4).locator(".gv-box").first.wait_for(timeout=60_000)     # five views, from the stored state
     assert views.count() == 5 and all(views.nth(k).locator(".gv-box").count() > 0 for k in range(5))

@@ -1,13 +1,14 @@
 """The myth index (notebooks/README.md): every row has a verdict and points to a section that exists."""
+import functools
 import re
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from nbhelpers._claims import LINK, index_rows  # the same parser `make claims` reads the index with
+
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-ROW = re.compile(r"^\| (?P<section>[\d.]+) \| (?P<claim>.+?) \| (?P<verdict>[^|]+?) \| (?P<where>[^|]+?) \| (?P<heading>.+) \|$")
-LINK = re.compile(r"^\[\d\d\]\((?P<file>\d\d_[a-z0-9_]+\.ipynb)\)$")
 # A claim about history is settled by PyTorch's own release notes, not by a cell.
 RELEASE_NOTES = re.compile(r"^\[release notes\]\(https://github\.com/pytorch/pytorch/releases/tag/v2\.\d+\.\d+\)$")
 VERDICTS = {"true", "false", "partly true", "not checkable"}
@@ -16,10 +17,10 @@ ORDER = ("false", "partly true", "true", "right in 2.1, changed since", "not che
 
 
 def _rows():
-    lines = (NOTEBOOKS / "README.md").read_text().splitlines()
-    return [m.groupdict() for m in map(ROW.match, lines) if m]
+    return index_rows((NOTEBOOKS / "README.md").read_text())
 
 
+@functools.lru_cache
 def _headings(notebook: Path) -> list[str]:
     nb = nbformat.read(notebook, as_version=4)
     return [line[3:] for c in nb.cells if c.cell_type == "markdown" for line in c.source.splitlines()

@@ -23,24 +23,21 @@ def site(tmp_path_factory):
             pytest.fail("REQUIRE_SITE=1 but node_modules is missing: run `npm ci` (make html does it)")
         pytest.skip("no local widget renderer: run `npm ci` (needs Node.js) to test `make html`")
     root = tmp_path_factory.mktemp("site")
-    widget_nb = root / "99_widget.ipynb"
-    nb = new_notebook(cells=[new_code_cell("import ipywidgets\nipywidgets.IntSlider(value=3, description='n')")])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nbformat.write(nb, widget_nb)
-    _notebook_tools.execute_notebook(widget_nb)                 # stores the widget state
-    hostile_nb = root / "98_hostile.ipynb"
-    hostile = new_notebook(cells=[new_code_cell(HOSTILE_CELL)])
-    hostile.metadata["kernelspec"] = nb.metadata["kernelspec"]
-    nbformat.write(hostile, hostile_nb)
-    _notebook_tools.execute_notebook(hostile_nb)
-    big_nb = root / "97_big.ipynb"
-    big = new_notebook(cells=[new_code_cell(BIG_CELL)])
-    big.metadata["kernelspec"] = nb.metadata["kernelspec"]
-    nbformat.write(big, big_nb)
-    _notebook_tools.execute_notebook(big_nb)
+    widget_nb = _executed(root / "99_widget.ipynb", "import ipywidgets\nipywidgets.IntSlider(value=3, description='n')")
+    hostile_nb = _executed(root / "98_hostile.ipynb", HOSTILE_CELL)
+    big_nb = _executed(root / "97_big.ipynb", BIG_CELL)
     pages = _notebook_tools.build_site([REPO / "notebooks" / "00_environment.ipynb", REPO / "notebooks" /
                                         "02_autograd_graph.ipynb", big_nb, hostile_nb, widget_nb], root / "out")
     return root / "out", pages
+
+
+def _executed(path, source: str):
+    """A one-cell notebook at `path`, executed (so its widget state is stored)."""
+    nb = new_notebook(cells=[new_code_cell(source)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    _notebook_tools.execute_notebook(path)
+    return path
 
 
 BIG_CELL = """import sys
@@ -48,8 +45,9 @@ sys.path.insert(0, "{repo}/tests/benchmarks")
 from autograd_graph_2000 import build_loss
 from nbhelpers import autograd_graph, graph_view
 loss, model = build_loss()                      # the 2,003-node benchmark graph
-view = graph_view.show(graph_view.from_autograd(autograd_graph.trace(loss, module=model)))
-view.depth = len(graph_view.views(graph_view.from_autograd(autograd_graph.trace(loss, module=model)))) - 1
+data = graph_view.from_autograd(autograd_graph.trace(loss, module=model))
+view = graph_view.show(data)
+view.depth = len(graph_view.views(data)) - 1
 view""".format(repo=REPO)
 HOSTILE = "<img src=x onerror=alert(1)>"
 HOSTILE_CELL = f"""import torch
@@ -92,52 +90,53 @@ def served(site):
     server.server_close()
 
 
-@pytest.mark.browser
-def test_widget_renders_offline(served):
+@pytest.fixture
+def page(served):
     with browser.local_page(served) as (page, blocked):
-        page.goto(f"{served}/99_widget.html")
-        readout = page.locator(".widget-slider .widget-readout").first
-        readout.wait_for(timeout=60_000)
-        assert readout.inner_text() == "3"
-        page.goto(f"{served}/00_environment.html")
-        assert page.locator(".jp-OutputArea-output img").count() == 1
+        yield page
     assert not blocked, f"the site tried to leave the machine: {blocked}"
 
 
 @pytest.mark.browser
-def test_graph_views_respond_offline_in_the_static_site(served):
-    with browser.local_page(served) as (page, blocked):
-        page.goto(f"{served}/02_autograd_graph.html")
-        views = page.locator(".gv")
-        views.nth(4).locator(".gv-box").first.wait_for(timeout=60_000)
-        mlp, resnet = views.nth(0), views.nth(3)
-        mlp.locator(".gv-box", has_text="AddmmBackward0").nth(1).click()          # click: details
-        details = mlp.locator(".gv-details").inner_text()
-        assert "NeuralNetwork.core.fc1" in details and "_saved_mat1 [32, 784] float32 100,352 B" in details
-        assert resnet.locator(".gv-depth").inner_text() == "depth 1 of 5: 12 boxes"
-        resnet.locator(".gv-box", has_text="layer1").first.click()                 # expand a module
-        assert resnet.locator(".gv-depth").inner_text() == "depth 2 of 5: 22 boxes"
-        resnet.locator(".gv-collapse").click()                                     # and collapse it again
-        assert resnet.locator(".gv-depth").inner_text() == "depth 1 of 5: 12 boxes"
-    assert not blocked, f"the site tried to leave the machine: {blocked}"
+def test_widget_renders_offline(page, served):
+    page.goto(f"{served}/99_widget.html")
+    readout = page.locator(".widget-slider .widget-readout").first
+    readout.wait_for(timeout=60_000)
+    assert readout.inner_text() == "3"
+    page.goto(f"{served}/00_environment.html")
+    assert page.locator(".jp-OutputArea-output img").count() == 1
 
 
 @pytest.mark.browser
-def test_a_hostile_module_name_shows_as_text_and_runs_nothing(served):
-    with browser.local_page(served) as (page, blocked):
-        dialogs = []
-        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        page.goto(f"{served}/98_hostile.html")
-        view = page.locator(".gv").first
-        view.locator(".gv-box").first.wait_for(timeout=60_000)
-        texts = lambda: [view.locator(".gv-box").nth(k).text_content() for k in range(view.locator(".gv-box").count())]  # noqa: E731
-        assert any(f"{HOSTILE}.weight" in t for t in texts())                 # a parameter's name, as text
-        view.locator(".gv-box", has_text="AddmmBackward0").first.click()
-        assert f"Sequential.{HOSTILE}" in view.locator(".gv-details").inner_text()
-        view.locator(".gv-collapse").click()
-        assert any(t.startswith(f"{HOSTILE} (") for t in texts())            # the module's box, as text
-        assert view.locator("img").count() == 0 and dialogs == []
-    assert not blocked, f"the site tried to leave the machine: {blocked}"
+def test_graph_views_respond_offline_in_the_static_site(page, served):
+    page.goto(f"{served}/02_autograd_graph.html")
+    views = page.locator(".gv")
+    views.nth(4).locator(".gv-box").first.wait_for(timeout=60_000)
+    mlp, resnet = views.nth(0), views.nth(3)
+    mlp.locator(".gv-box", has_text="AddmmBackward0").nth(1).click()          # click: details
+    details = mlp.locator(".gv-details").inner_text()
+    assert "NeuralNetwork.core.fc1" in details and "_saved_mat1 [32, 784] float32 100,352 B" in details
+    assert resnet.locator(".gv-depth").inner_text() == "depth 1 of 5: 12 boxes"
+    resnet.locator(".gv-box", has_text="layer1").first.click()                 # expand a module
+    assert resnet.locator(".gv-depth").inner_text() == "depth 2 of 5: 22 boxes"
+    resnet.locator(".gv-collapse").click()                                     # and collapse it again
+    assert resnet.locator(".gv-depth").inner_text() == "depth 1 of 5: 12 boxes"
+
+
+@pytest.mark.browser
+def test_a_hostile_module_name_shows_as_text_and_runs_nothing(page, served):
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(f"{served}/98_hostile.html")
+    view = page.locator(".gv").first
+    view.locator(".gv-box").first.wait_for(timeout=60_000)
+    texts = lambda: [view.locator(".gv-box").nth(k).text_content() for k in range(view.locator(".gv-box").count())]  # noqa: E731
+    assert any(f"{HOSTILE}.weight" in t for t in texts())                 # a parameter's name, as text
+    view.locator(".gv-box", has_text="AddmmBackward0").first.click()
+    assert f"Sequential.{HOSTILE}" in view.locator(".gv-details").inner_text()
+    view.locator(".gv-collapse").click()
+    assert any(t.startswith(f"{HOSTILE} (") for t in texts())            # the module's box, as text
+    assert view.locator("img").count() == 0 and dialogs == []
 
 
 CLICK_TIMED = """(selector) => {            // handlers run synchronously: the DOM is updated when dispatch returns
@@ -149,18 +148,16 @@ CLICK_TIMED = """(selector) => {            // handlers run synchronously: the D
 
 
 @pytest.mark.browser
-def test_click_and_collapse_times_at_two_thousand_nodes(served):
+def test_click_and_collapse_times_at_two_thousand_nodes(page, served):
     """Measured with performance.now() in Chromium and printed; not asserted (timing is the machine's)."""
-    with browser.local_page(served) as (page, blocked):
-        page.goto(f"{served}/97_big.html")
-        view = page.locator(".gv").first
-        view.locator(".gv-box").first.wait_for(timeout=120_000)
-        boxes = view.locator(".gv-box").count()
-        assert boxes == 2003                                             # every node drawn
-        click = page.evaluate(CLICK_TIMED, '.gv g.gv-box[data-key="n:5"]')
-        assert view.locator(".gv-details dd").count() > 0                # the details panel filled
-        collapse = page.evaluate(CLICK_TIMED, ".gv .gv-collapse")
-        expand = page.evaluate(CLICK_TIMED, ".gv .gv-expand")
-        assert view.locator(".gv-box").count() == 2003
-        print(f"2,003 boxes: click -> details {click:.1f} ms, collapse {collapse:.1f} ms, expand {expand:.1f} ms")
-    assert not blocked, f"the site tried to leave the machine: {blocked}"
+    page.goto(f"{served}/97_big.html")
+    view = page.locator(".gv").first
+    view.locator(".gv-box").first.wait_for(timeout=120_000)
+    boxes = view.locator(".gv-box").count()
+    assert boxes == 2003                                             # every node drawn
+    click = page.evaluate(CLICK_TIMED, '.gv g.gv-box[data-key="n:5"]')
+    assert view.locator(".gv-details dd").count() > 0                # the details panel filled
+    collapse = page.evaluate(CLICK_TIMED, ".gv .gv-collapse")
+    expand = page.evaluate(CLICK_TIMED, ".gv .gv-expand")
+    assert view.locator(".gv-box").count() == 2003
+    print(f"2,003 boxes: click -> details {click:.1f} ms, collapse {collapse:.1f} ms, expand {expand:.1f} ms")
