@@ -60,3 +60,33 @@ def test_each_claim_points_to_an_existing_section(row):
     assert notebook.is_file(), f"{link['file']} does not exist"
     assert any(h.startswith(row["heading"]) for h in _headings(notebook)), \
         f"{link['file']} has no section starting with {row['heading']!r}"
+
+
+@functools.lru_cache
+def _section_texts(notebook: Path) -> dict[str, str]:
+    """Each '## ' heading's markdown, up to the next '## ' heading (a cell may hold the end of one section
+    and the start of the next)."""
+    nb = nbformat.read(notebook, as_version=4)
+    texts, current = {}, None
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for line in cell.source.splitlines():
+            if line.startswith("## "):
+                current = line[3:]
+                texts[current] = ""
+            elif current is not None:
+                texts[current] += line + "\n"
+    return texts
+
+
+WRONG = [r for r in _rows() if r["verdict"] in ("false", "partly true") and LINK.match(r["where"])]
+
+
+@pytest.mark.parametrize("row", WRONG, ids=lambda r: f"§{r['section']} {r['claim'][:40]}")
+def test_each_wrong_claim_has_a_myth_box_in_its_section(row):
+    """The article's wrong statement is quoted where the series settles it, as a Myth / Fact box."""
+    texts = _section_texts(NOTEBOOKS / LINK.match(row["where"])["file"])
+    section = next(t for h, t in texts.items() if h.startswith(row["heading"]))
+    assert "> **Myth" in section and "> **Fact:**" in section, \
+        f"section {row['heading']!r} settles a wrong claim but has no '> **Myth ...' / '> **Fact:**' box"
