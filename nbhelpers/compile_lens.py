@@ -1,25 +1,33 @@
-"""What `torch.compile` built, as data: Dynamo's graphs, the breaks between them with their official
-codes, and the kernels inductor generated for the first graph, each linked to the user's source lines.
+"""What `torch.compile` built, as data: Dynamo's graphs, every graph break with its official code, the
+guards of each compiled entry and the guard that failed on each recompile, AOTAutograd's forward and
+backward graphs, and the kernels inductor generated, each linked to the user's source lines.
 
-The hooks are the installed torch's own. A custom backend receives every FX graph Dynamo hands a backend
-(the same hook `torch._dynamo.explain` uses): its nodes carry the traced shapes (`meta["example_value"]`)
-and the user's line (`meta["stack_trace"]`), and `gm.compile_subgraph_reason` says why the graph ended
-(a graph break, with the user's stack). A break's first line is the `Gb_type` of an entry of
-`torch/_dynamo/graph_break_registry.json`, which gives its code (GB0124), explanation and hints. For the
-kernels, the first graph is compiled again with inductor inside `torch._inductor.utils.run_and_get_code`;
-the CPU's C++ kernels carry no provenance comments (inductor writes "Source Nodes" comments for Triton and
-other GPU back-ends, not for C++), so a kernel is linked to the FX nodes whose op its name lists (inductor
-names a fused kernel after the ATen ops it fuses: `cpp_fused_add_mul_pow_tanh_0`) and, through them, to
-lines. That compile is an inference one (under no_grad), and nothing is run: inductor writes its code when
-it compiles. Dynamo is reset before and after, so the caller's
-compiled functions are not reused (the reset also drops any other compiled code in the process, as
-`explain`'s does); no config or logging setting is changed. Like `explain`,
-it cannot see a break that follows an empty graph (nothing reaches a backend: `loss.backward()` right
-after a `print`); `torch._dynamo.utils.counters["graph_break"]` counts those, without their lines.
+Three hooks of the installed torch, each for what only it sees:
+- **a custom backend** receives every FX graph Dynamo hands a backend (the hook `torch._dynamo.explain`
+  uses): nodes with traced shapes (`meta["example_value"]`) and the user's line (`meta["stack_trace"]`),
+  and `gm.compile_subgraph_reason`, why the graph ended. The backend hands each graph to AOTAutograd
+  (`aot_autograd` with recording compilers, the `aot_eager` pipeline), which returns the forward and
+  backward graphs of ATen ops; `torch._functorch.config.force_non_lazy_backward_lowering` is patched on
+  for the call, so the backward graph is made even when nothing calls `backward()`.
+- **the structured trace** (`torch._logging.trace_structured`, what `TORCH_TRACE` and tlparse read): a
+  handler on its logger, `torch.__trace`, for the call only. It sees what no backend does: every graph
+  break (`dynamo_graph_break_reason`, from `symbolic_convert.log_graph_break`), including one that ends
+  an *empty* graph, which `explain` cannot list (`optimizer.zero_grad()` at the top of a training step);
+  each entry's guards (`dynamo_cpp_guards_str`) and each recompile's failed guards (`recompile_reasons`).
+- **inductor**, for the first graph: compiled again inside `torch._inductor.utils.run_and_get_code`, an
+  inference compile (under no_grad) that is never run. The CPU's C++ kernels carry no provenance comments
+  (inductor writes "Source Nodes" comments for Triton and other GPU back-ends, not for C++), so a kernel
+  is linked to the FX nodes whose op its name lists (inductor names a fused kernel after the ATen ops it
+  fuses: `cpp_fused_add_mul_pow_tanh_0`) and, through them, to lines.
+
+A break's reason holds a `Gb_type` of `torch/_dynamo/graph_break_registry.json`, which gives its code
+(GB0124), explanation and hints. Dynamo is reset before and after, so the caller's compiled functions
+are not reused (the reset also drops any other compiled code in the process, as `explain`'s does); the
+one config patch is undone and the trace handler removed on the way out.
 
 Example:
     report = compile_lens.capture(train_step, x, y)
-    [(b.code, b.line, b.count) for b in report.breaks]     # [('GB0124', 'if loss.item() > 1:', 1)]
+    [(b.code, b.line, b.count) for b in report.breaks]   # [('GB0008', 'optimizer.zero_grad()', 1), ...]
 """
 from __future__ import annotations
 
@@ -27,14 +35,15 @@ import contextlib
 import functools
 import io
 import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
-__all__ = ["capture", "registry", "to_graph_data", "from_exported"]   # capture() returns a CompileReport of FxGraphs, Breaks, Kernels
+__all__ = ["capture", "capture_calls", "registry", "to_graph_data", "from_exported"]   # they return a CompileReport
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,27 @@ class FxNode:
 @dataclass(frozen=True)
 class FxGraph:
     nodes: tuple[FxNode, ...]
+    entry: str = ""                      # the compiled entry it belongs to (see Entry.id)
+    forward: tuple[FxNode, ...] = ()     # AOTAutograd's forward graph, in ATen ops
+    backward: tuple[FxNode, ...] = ()    # and its backward graph; () when no input needs a gradient
+
+
+@dataclass(frozen=True)
+class Guard:
+    kind: str                  # TENSOR_MATCH, ID_MATCH, SHAPE_ENV, GLOBAL_STATE, ...
+    check: str                 # the check, as Dynamo prints it
+    line: str                  # the user's line that made Dynamo add it ("" for the ambient ones)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One compiled version of one code object: what Dynamo's cache holds and checks before reuse."""
+
+    id: str                    # Dynamo's compile id: "0/1" is frame 0's second compile (a recompile)
+    function: str              # the code compiled: the user's function, or a resume function after a break
+    call: int                  # the call (an index into capture_calls' `calls`) that compiled it
+    guards: tuple[Guard, ...]
+    failed: tuple[str, ...]    # on a recompile: the guard each earlier entry failed, as Dynamo words it
 
 
 @dataclass(frozen=True)
@@ -56,9 +86,12 @@ class Break:
     code: str                  # GBxxxx from the installed registry ("" if the reason is not in it)
     gb_type: str
     line: str                  # the user's line where the graph broke
-    count: int                 # how often this (code, line) broke
+    count: int                 # how often it broke there
     explanation: str
     hints: tuple[str, ...]
+    where: str = ""            # the break's own place when it lies inside torch, e.g. torch/optim/optimizer.py:78
+    in_explain: bool = True    # a graph ended here, so explain lists it; False after an empty graph
+    entry: str = ""            # the compiled entry it first happened in
 
 
 @dataclass(frozen=True)
@@ -72,8 +105,9 @@ class Kernel:
 @dataclass(frozen=True)
 class CompileReport:
     graphs: tuple[FxGraph, ...]
-    breaks: tuple[Break, ...]  # one per distinct (code, line), in the order first met
+    breaks: tuple[Break, ...]  # one per distinct (code, user line), in the order first met
     kernels: tuple[Kernel, ...]
+    entries: tuple[Entry, ...] = ()
 
 
 @functools.cache
@@ -89,42 +123,120 @@ def registry() -> dict[str, dict]:
 
 
 def capture(fn: Callable, *args, kernels: bool = True, **kwargs) -> CompileReport:
-    """Compile `fn` (a function or module) with a recording backend, run it once on `args`, and report.
+    """Compile `fn` (a function or module), run it once on `args`, and report what was built.
 
     The call's own output goes nowhere: `fn` runs once compiled (partly eagerly, around the breaks).
     """
+    return _capture(fn, [(args, kwargs)], None, kernels)
+
+
+def capture_calls(fn: Callable, calls: Sequence, *, dynamic: bool | None = None,
+                  kernels: bool = False) -> CompileReport:
+    """Compile `fn` once and call it on each of `calls` in turn (a tuple of arguments, or one argument),
+    as a program would: the report's entries say which call compiled what, and why each recompile did."""
+    return _capture(fn, [(c if isinstance(c, tuple) else (c,), {}) for c in calls], dynamic, kernels)
+
+
+def _capture(fn, calls, dynamic, kernels) -> CompileReport:
     if not callable(fn):
         raise TypeError(f"capture() takes a function or module, got {type(fn).__name__}; pass the callable "
                         "you would give torch.compile")
     graphs, reasons = [], []
 
     def recording_backend(gm, example_inputs):
-        graphs.append((gm, list(example_inputs)))
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._dynamo.backends.debugging import boxed_nop
+
+        graph = {"gm": gm, "inputs": list(example_inputs), "forward": None, "backward": None,
+                 "entry": _entry_id(torch._guards.CompileContext.current_compile_id())}
+        graphs.append(graph)
         if gm.compile_subgraph_reason.graph_break:
             reasons.append(gm.compile_subgraph_reason)
-        return gm.forward
+
+        def keeping(part):                        # an AOTAutograd compiler that keeps the graph it gets
+            def compiler(aot_gm, aot_inputs):
+                graph[part] = _nodes(aot_gm)
+                return boxed_nop(aot_gm, aot_inputs)
+            return compiler
+
+        return aot_autograd(fw_compiler=keeping("forward"), bw_compiler=keeping("backward"),
+                            keep_inference_input_mutations=True)(gm, example_inputs)   # as aot_eager does
 
     torch.compiler.reset()
     try:
-        with contextlib.redirect_stderr(io.StringIO()):   # Dynamo's graph-break warnings: reported below
-            torch.compile(fn, backend=recording_backend)(*args, **kwargs)
-        if not graphs:                                # a break always comes with a graph
-            reasons = _why_nothing_was_traced(fn, args, kwargs)
-        fx = tuple(_fx_graph(gm) for gm, _ in graphs)
-        found = _kernels(*graphs[0], fx[0]) if kernels and graphs else ()
+        with _structured_trace() as records, contextlib.redirect_stderr(io.StringIO()), \
+                torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
+            compiled = torch.compile(fn, backend=recording_backend, dynamic=dynamic)
+            for k, (args, kwargs) in enumerate(calls):
+                records.append(({"call": k}, None))
+                compiled(*args, **kwargs)
+        fx = tuple(FxGraph(_nodes(g["gm"]), g["entry"], g["forward"] or (), g["backward"] or ()) for g in graphs)
+        found = _kernels(graphs[0]["gm"], graphs[0]["inputs"], fx[0]) if kernels and graphs else ()
     finally:
         torch.compiler.reset()
-    return CompileReport(fx, _deduplicated(reasons), found)
+    return CompileReport(fx, _breaks(records, reasons), found, _entries(records))
 
 
-def _why_nothing_was_traced(fn, args, kwargs) -> list:
-    """No graph at all: ask for one with fullgraph=True, whose error names the first break."""
-    torch.compiler.reset()
+@contextlib.contextmanager
+def _structured_trace():
+    """The structured-trace records emitted in the block, as (metadata, payload). `trace_structured`
+    emits when its logger has a handler (torch/_logging/_internal.py: "check that there are handlers")."""
+    records = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append((record.metadata, record.payload))
+    trace_log = logging.getLogger("torch.__trace")
+    propagate, trace_log.propagate = trace_log.propagate, False     # its records are ours, not the root's
+    trace_log.addHandler(handler)
     try:
-        torch.compile(fn, backend="eager", fullgraph=True)(*args, **kwargs)
-    except torch._dynamo.exc.Unsupported as error:
-        return [error]
-    return []
+        yield records
+    finally:
+        trace_log.removeHandler(handler)
+        trace_log.propagate = propagate
+
+
+def _event(metadata: dict) -> str:
+    """A record's event: trace_structured puts it first ("artifact" records carry their own name)."""
+    name = next(iter(metadata))
+    return metadata[name]["name"] if name == "artifact" else name
+
+
+def _entry_id(compile_id) -> str:
+    return f"{compile_id.frame_id}/{compile_id.frame_compile_id}" if compile_id else ""
+
+
+def _record_entry(metadata: dict) -> str:
+    return f"{metadata['frame_id']}/{metadata['frame_compile_id']}" if "frame_id" in metadata else ""
+
+
+_GUARD = re.compile(r"^[| ]*\+- ([A-Z][A-Z0-9_]+): (.*)$", re.M)
+
+
+def _guards(tree: str) -> tuple[Guard, ...]:
+    """The leaf guards of Dynamo's printed guard tree. A comment is "user line  # file:line in fn" for a
+    guard the user's code caused, and a bare "file:line in fn" for an ambient one (grad mode, ...)."""
+    found = []
+    for kind, rest in _GUARD.findall(tree):
+        check, *comment = rest.split("  # ")
+        found.append(Guard(kind, check.strip(), comment[0].strip() if len(comment) >= 2 else ""))
+    return tuple(found)
+
+
+def _entries(records) -> tuple[Entry, ...]:
+    entries, guards, failed, call = {}, {}, {}, 0
+    for metadata, payload in records:
+        if "call" in metadata:
+            call = metadata["call"]
+            continue
+        event, key = _event(metadata), _record_entry(metadata)
+        if event == "dynamo_start":
+            entries[key] = (metadata["dynamo_start"]["stack"][-1]["name"], call)
+        elif event == "dynamo_cpp_guards_str":
+            guards[key] = _guards(payload)
+        elif event == "recompile_reasons":        # one reason is logged as text, several as a JSON list
+            reasons = json.loads(payload) if payload.startswith("[") else [payload]
+            failed[key] = tuple(r.split("  #")[0].strip() for r in reasons)
+    return tuple(Entry(key, function, call, guards.get(key, ()), failed.get(key, ()))
+                 for key, (function, call) in entries.items())
 
 
 def _user_line(stack_trace: str | None) -> str:
@@ -134,41 +246,51 @@ def _user_line(stack_trace: str | None) -> str:
     return lines[-1] if lines and not lines[-1].startswith("File ") else ""
 
 
-def _fx_graph(gm) -> FxGraph:
+def _nodes(gm) -> tuple[FxNode, ...]:
     nodes = []
     for n in gm.graph.nodes:
-        value = n.meta.get("example_value")
+        value = n.meta.get("example_value", n.meta.get("val"))      # Dynamo's, AOTAutograd's
         shape = str(list(value.shape)) if isinstance(value, torch.Tensor) else ""
         target = getattr(n.target, "__name__", str(n.target))
         nodes.append(FxNode(n.name, n.op, target, shape, _user_line(n.meta.get("stack_trace"))))
-    return FxGraph(tuple(nodes))
+    return tuple(nodes)
 
 
-def _break_of(reason) -> tuple[str, str]:
-    """(first line of the reason, the user's line) for a GraphCompileReason or an Unsupported error."""
-    text = getattr(reason, "reason", None) or str(reason)
-    stack = getattr(reason, "user_stack", None) or getattr(reason, "real_stack", None) or []
-    line = (stack[-1].line or "").strip() if stack else ""
-    return text.strip().splitlines()[0], line
-
-
-# A break whose reason text is not a Gb_type: torch/_dynamo/symbolic_convert.py's generic_jump raises
+# A reason the backend gets that is not a Gb_type: torch/_dynamo/symbolic_convert.py's generic_jump raises
 # Unsupported("Data-dependent branching", ...) but hands the backend the reason "generic_jump <value>".
 _ALIASES = {"generic_jump": "Data-dependent branching"}
+_BREAK_AT = re.compile(r"Graph break in user code at (.+):(\d+)\n")
+_FRAME = re.compile(r'^  File "(.+)", line (\d+), in .+\n    (.+)$', re.M)
 
 
-def _deduplicated(reasons) -> tuple[Break, ...]:
-    counts: dict[tuple[str, str], int] = {}
-    for reason in reasons:
-        gb_type, line = _break_of(reason)
-        key = (_ALIASES.get(gb_type.split()[0], gb_type), line)
-        counts[key] = counts.get(key, 0) + 1
-    known = registry()
-    found = []
-    for (gb, line), n in counts.items():
-        info = known.get(gb, {})
-        found.append(Break(info.get("code", ""), gb, line, n, info.get("explanation", ""), info.get("hints", ())))
-    return tuple(found)
+def _breaks(records, reasons) -> tuple[Break, ...]:
+    """Every break log_graph_break traced, once per (gb_type, user line), in the order first met. The
+    user's line is the innermost frame outside torch (a break inside `optimizer.step()` is that line's)."""
+    known, torch_dir = registry(), str(Path(torch.__file__).parent)
+    explained = set()
+    for reason in reasons:                        # the breaks a backend saw: explain's
+        frame = reason.user_stack[-1]
+        gb_type = reason.reason.strip().splitlines()[0]
+        explained.add((_ALIASES.get(gb_type.split()[0], gb_type), frame.filename, frame.lineno))
+    found: dict[tuple, dict] = {}
+    for metadata, payload in records:
+        if _event(metadata) != "dynamo_graph_break_reason" or not (at := _BREAK_AT.match(payload or "")):
+            continue                              # other wordings repeat a break already logged this way
+        head, _, stack = payload.partition("\nUser code traceback:\n")
+        lines = (l.strip().removeprefix("Graph Break Reason: ") for l in head.splitlines())
+        gb_type = next((l for l in lines if l in known), "")
+        frames = _FRAME.findall(stack.split("\nTraceback (most recent call last):")[0])
+        user = [f for f in frames if not f[0].startswith(torch_dir)] or frames
+        file, lineno = at.group(1), int(at.group(2))
+        key = (gb_type, *user[-1][:2]) if user else (gb_type, file, str(lineno))
+        entry = found.setdefault(key, {"line": user[-1][2].strip() if user else "", "count": 0, "explain": False,
+                                       "entry": _record_entry(metadata),
+                                       "where": f"torch{file[len(torch_dir):]}:{lineno}" if file.startswith(torch_dir) else ""})
+        entry["count"] += 1
+        entry["explain"] |= (gb_type, file, lineno) in explained
+    return tuple(Break(known.get(gb, {}).get("code", ""), gb, e["line"], e["count"],
+                       known.get(gb, {}).get("explanation", ""), known.get(gb, {}).get("hints", ()),
+                       e["where"], e["explain"], e["entry"]) for (gb, *_), e in found.items())
 
 
 _KERNEL = re.compile(r"^(\w+) = async_compile\.\w+\(.*?r?'{3}(.*?)'{3}", re.S | re.M)
@@ -195,34 +317,72 @@ def _kernels(gm, example_inputs, graph: FxGraph) -> tuple[Kernel, ...]:
 
 
 def to_graph_data(report: CompileReport):
-    """The report as a graph_view.GraphData: source lines, FX graphs (one module box each, the breaks
-    between them), and kernels; an edge runs from a line to the FX nodes it made and from an FX node to
-    the kernel that computes it, so hovering lights up what a line became."""
+    """The report as a graph_view.GraphData: source lines, FX graphs (one module box each, with the breaks
+    between them), and kernels. An edge runs from a line to the FX nodes it made, from an FX node to the
+    kernel that computes it, and from a graph through the break that ended it to the next graph. A click
+    lights up a node's links: a line's FX nodes, kernels and breaks; a kernel's FX nodes and their lines;
+    an FX node's line and kernel. A break's panel shows its code, explanation and hints."""
     from nbhelpers.graph_view import GraphData, ViewNode
 
-    nodes, edges, index = [], [], {}
+    keys: list[tuple] = []                              # one per view node, in order
+    nodes: dict[tuple, dict] = {}
 
-    def add(key, node):
-        index[key] = len(nodes)
-        nodes.append(node)
+    def add(key, label, kind, group, op="", notes=()):
+        keys.append(key)
+        nodes[key] = {"label": label, "kind": kind, "group": (group,), "op": op, "notes": tuple(notes),
+                      "links": set()}
 
-    all_lines = dict.fromkeys(n.line for g in report.graphs for n in g.nodes if n.line)
-    for line in all_lines:
-        add(("line", line), ViewNode(line, "leaf", ("source",)))
+    def link(a, b):                                     # both ways: each lights the other up
+        nodes[a]["links"].add(b)
+        nodes[b]["links"].add(a)
+
+    made = [n.line for g in report.graphs for n in g.nodes] + [b.line for b in report.breaks]
+    for line in dict.fromkeys(line for line in made if line):
+        add(("line", line), line, "line", "source")
+    edges = []
     for k, graph in enumerate(report.graphs):
         for n in graph.nodes:
-            add((k, n.name), ViewNode(f"{n.name}: {n.target}" if n.op == "call_function" else n.name,
-                                      "op", (f"graph {k}",), op=f"{n.op} {n.shape}".strip()))
+            add((k, n.name), f"{n.name}: {n.target}" if n.op == "call_function" else n.name, "op",
+                f"graph {k} (entry {graph.entry})", f"{n.op} {n.shape}".strip())
             if n.line:
-                edges.append((index[("line", n.line)], index[(k, n.name)]))
+                edges.append((("line", n.line), (k, n.name)))
+                link(("line", n.line), (k, n.name))
     for b in report.breaks:
-        add(("break", b.code, b.line), ViewNode(f"break {b.code}: {b.line}", "saves", ("breaks",),
-                                               op=f"{b.gb_type} (x{b.count})"))
+        key = ("break", b.code, b.line)
+        add(key, f"break {b.code}: {b.line}", "break", "breaks", f"{b.gb_type} (x{b.count})",
+            [("code", b.code), ("explanation", b.explanation), *(("hint", h) for h in b.hints),
+             *([("inside", b.where)] if b.where else []),
+             ("explain lists it", "yes" if b.in_explain else "no: the graph before it was empty")])
+        if ("line", b.line) in nodes:
+            link(key, ("line", b.line))
+        edges += _between(report, b.entry, key)
     for kernel in report.kernels:
-        add(("kernel", kernel.name), ViewNode(kernel.name, "saves", ("kernels",), op="inductor kernel"))
-        edges += [(index[(0, n)], index[("kernel", kernel.name)]) for n in kernel.fx_nodes if (0, n) in index]
-    return GraphData(tuple(nodes), tuple(dict.fromkeys(edges)), title="torch.compile, as built",
-                     targets_label="leads to")
+        key = ("kernel", kernel.name)
+        add(key, kernel.name, "kernel", "kernels", "inductor kernel",
+            [("fuses", ", ".join(kernel.fx_nodes)), ("source", "\n".join(kernel.source.strip().splitlines()[:60]))])
+        for name in kernel.fx_nodes:
+            edges.append(((0, name), key))
+            link((0, name), key)
+            line = next(n.line for n in report.graphs[0].nodes if n.name == name)
+            if line:
+                link(key, ("line", line))
+    index = {key: i for i, key in enumerate(keys)}
+    view_nodes = tuple(ViewNode(v["label"], v["kind"], v["group"], op=v["op"], notes=v["notes"],
+                                links=tuple(sorted(index[k] for k in v["links"])))
+                       for v in (nodes[key] for key in keys))
+    return GraphData(view_nodes, tuple(dict.fromkeys((index[a], index[b]) for a, b in edges)),
+                     title="torch.compile, as built", targets_label="leads to")
+
+
+def _between(report: CompileReport, entry: str, key: tuple) -> list:
+    """Edges that draw a break between the graph its entry built (none if that graph was empty) and the
+    next graph compiled after it (entries are in the order Dynamo started them)."""
+    when = {e.id: t for t, e in enumerate(report.entries)}
+    edges = [((k, g.nodes[-1].name), key) for k, g in enumerate(report.graphs) if g.entry == entry]
+    later = [k for k, g in enumerate(report.graphs) if when.get(g.entry, -1) > when.get(entry, -1)]
+    if later:
+        edges.append((key, (later[0], report.graphs[later[0]].nodes[0].name)))   # its first input
+    return edges
 
 
 def from_exported(program) -> "GraphData":
@@ -242,7 +402,7 @@ def from_exported(program) -> "GraphData":
         if n.op == "placeholder":
             label = f"{'parameter' if n.name in signature.inputs_to_parameters else 'buffer'} {lifted[n.name]}" \
                 if n.name in lifted else f"input {n.name} [{', '.join(shape)}]" + (f" ({where})" if where else "")
-            node = ViewNode(label, "leaf" if n.name in lifted else "saves", ("inputs",))
+            node = ViewNode(label, "input", ("inputs",))
         else:
             target = getattr(n.target, "__name__", str(n.target))
             node = ViewNode(f"{n.name}: {target} [{', '.join(shape)}]" if shape else f"{n.name}: {target}",

@@ -2,7 +2,8 @@
 // side for a diff) and handles clicks, hovers, search, collapse/expand, pan/zoom and the backward
 // stepper in the browser, with no kernel. Names come from user code: they go in as text, never as HTML.
 const SVG_NS = "http://www.w3.org/2000/svg";   // the SVG namespace name, not an address that is fetched
-const FILL = { op: "#dbe8f7", leaf: "#d9f2d9", saves: "#fde7c8", group: "#ece6f5" };
+const FILL = { op: "#dbe8f7", leaf: "#d9f2d9", saves: "#fde7c8", group: "#ece6f5", input: "#d9f2d9",
+  line: "#f4f4f4", break: "#f7c6c6", kernel: "#fde7c8" };
 const CSS = `
 .gv { font: 12px sans-serif; }
 .gv-bar { display: flex; gap: 6px; align-items: center; margin-bottom: 4px; flex-wrap: wrap; }
@@ -20,11 +21,12 @@ const CSS = `
 .gv-box.gv-selected rect { stroke: #c00; stroke-width: 4; }
 .gv-box.gv-share rect { fill: #ffe27a; }
 .gv-box.gv-run rect { fill: #ffb347; }
+.gv-box.gv-linked rect { fill: #9fe39f; stroke: #181; stroke-width: 3; }
 .gv-edge { fill: none; stroke: #aaa; }
 .gv-edge.gv-hot { stroke: #d33; stroke-width: 2.5; }
 .gv-details { margin-top: 6px; padding: 6px; border: 1px solid #ddd; min-height: 2em; }
 .gv-details dt { font-weight: bold; float: left; clear: left; width: 8em; }
-.gv-details dd { margin-left: 8.5em; font-family: monospace; }
+.gv-details dd { margin-left: 8.5em; font-family: monospace; white-space: pre-wrap; max-height: 24em; overflow: auto; }
 .gv-path button { margin-right: 4px; }
 `;
 
@@ -50,7 +52,7 @@ function shownLabel(box) {
 }
 
 // The state is compact: `modules` is [path, index of the module it ran in or -1] per module that ran; a
-// node is [label, kind, index of its innermost module or -1, saved, targets, op, mark], each saved tensor
+// node is [label, kind, index of its innermost module or -1, saved, targets, op, mark, links, notes], each saved tensor
 // [attr without "_saved_", shape, dtype, bytes, storage id, version]; a box is [key, x, y, w] (all box_h tall; "n:5"
 // is node 5, "g:A.b" the collapsed module A.b); an edge is [from, to, x of each layer it passes between].
 function rowsOf(nodes, i, targetsLabel) {   // the same rows, in the same words, as graph_view.details()
@@ -64,8 +66,9 @@ function rowsOf(nodes, i, targetsLabel) {   // the same rows, in the same words,
   }
   const labels = n.targets.map((t) => nodes[t].label);
   rows.push([targetsLabel, labels.length ? labels.join(", ") : "none"]);
-  if (n.kind === "leaf") rows.push(["fills", `${n.label}.grad`]);
   if (n.mark) rows.push(["diff", n.mark]);
+  rows.push(...n.notes);
+  if (n.links.length) rows.push(["lights up", `${n.links.length} linked nodes`]);
   return rows;
 }
 
@@ -101,9 +104,10 @@ function unpack(graph) {
   const modules = graph.modules;
   const labels = new Map(modules.map(([path, parent]) =>       // a module box says `blocks.3`, not `Stack.blocks.3`
     [path, parent >= 0 && path.startsWith(modules[parent][0] + ".") ? path.slice(modules[parent][0].length + 1) : path]));
-  const nodes = graph.nodes.map(([label, kind, module, saved, targets, op, mark]) => {
+  const nodes = graph.nodes.map(([label, kind, module, saved, targets, op, mark, links, notes]) => {
     const group = chainOf(modules, module);
     return { label, kind, group, path: group.length ? group[group.length - 1] : "", saved, targets, op, mark,
+      links: links || [], notes: notes || [],
       storages: saved.map((s) => s[4]).filter((s) => s >= 0), savedBytes: saved.reduce((t, s) => t + s[3], 0) };
   });
   const membersOf = new Map();     // module path -> the nodes made inside it, once for all views
@@ -172,10 +176,15 @@ function makePane(graph, parent, hooks) {
     self.mark();
   };
   self.mark = () => {
-    for (const cls of ["gv-selected", "gv-run", "gv-match"]) {
+    for (const cls of ["gv-selected", "gv-run", "gv-match", "gv-linked"]) {
       picture.querySelectorAll(`.${cls}`).forEach((g) => g.classList.remove(cls));
     }
-    if (self.boxOf.has(self.selected)) boxElement(self.boxOf.get(self.selected)).classList.add("gv-selected");
+    if (self.boxOf.has(self.selected)) {
+      boxElement(self.boxOf.get(self.selected)).classList.add("gv-selected");
+      for (const k of graph.nodes[self.selected].links) {     // what the clicked node became, or came from
+        if (self.boxOf.get(k) !== self.boxOf.get(self.selected)) boxElement(self.boxOf.get(k)).classList.add("gv-linked");
+      }
+    }
     const running = graph.order[self.step];
     if (self.step >= 0 && self.boxOf.has(running)) boxElement(self.boxOf.get(running)).classList.add("gv-run");
     self.hits = [];

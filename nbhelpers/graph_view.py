@@ -42,12 +42,14 @@ _ESM = Path(__file__).with_name("graph_view.js")
 @dataclass(frozen=True)
 class ViewNode:
     label: str
-    kind: str                                  # "op", "leaf" (writes a .grad), "saves" (keeps tensors)
+    kind: str                                  # "op", "leaf" (writes a .grad), "saves" (keeps tensors), and for
+                                               # other graphs "input", "line" (of source), "break", "kernel"
     group: tuple[str, ...] = ()                # the modules running when it was made, outermost first
     saved: tuple[tuple, ...] = ()              # (attr, shape, dtype, bytes, storage id, version) each
-    targets: tuple[int, ...] = ()              # the nodes its gradients go to
     op: str = ""                               # for a leaf, the node's op (its title is the parameter)
     mark: str = ""                             # in a diff: "added", "removed" or "changed"
+    links: tuple[int, ...] = ()                # the nodes a click on it lights up (what it became, or came from)
+    notes: tuple[tuple[str, str], ...] = ()    # more (field, text) rows for its details panel
 
     @property
     def saved_bytes(self) -> int:
@@ -81,9 +83,6 @@ class View:
 def from_autograd(graph: Graph) -> GraphData:
     """A backward graph as view data: each node's op, saved tensors, where its gradients go."""
     storage_ids: dict[int, int] = {}
-    targets_of: dict[int, list[int]] = {n.id: [] for n in graph.nodes}
-    for e in graph.edges:
-        targets_of[e.src].append(e.dst)
     nodes = []
     for n in graph.nodes:
         saved = tuple((s.attr, s.shape, str(s.dtype).replace("torch.", ""), s.nbytes,
@@ -91,7 +90,8 @@ def from_autograd(graph: Graph) -> GraphData:
                       else (s.attr, (), s.packed, 0, -1, 0) for s in n.saved)   # a hook's object: no storage
         group = n.modules
         kind = "leaf" if n.is_leaf else "saves" if n.saved else "op"
-        nodes.append(ViewNode(n.label, kind, group, saved, tuple(targets_of[n.id]), n.name if n.is_leaf else ""))
+        nodes.append(ViewNode(n.label, kind, group, saved, n.name if n.is_leaf else "",
+                              notes=(("fills", f"{n.label}.grad"),) if n.is_leaf else ()))
     return GraphData(tuple(nodes), tuple((e.src, e.dst) for e in graph.edges), graph.order)
 
 
@@ -105,13 +105,22 @@ def details(data: GraphData, node: int) -> tuple[tuple[str, str], ...]:
     rows += [("saved", f"{attr} [{', '.join(map(str, shape))}] {dtype} {nbytes:,} B storage #{sid} version {v}"
               if sid >= 0 else f"{attr} packed by a saved-tensor hook as {dtype}: no tensor held")
              for attr, shape, dtype, nbytes, sid, v in n.saved]
-    labels = [data.nodes[t].label for t in n.targets]
+    labels = [data.nodes[t].label for t in _targets(data)[node]]
     rows.append((data.targets_label, ", ".join(labels) if labels else "none"))
-    if n.kind == "leaf":
-        rows.append(("fills", f"{n.label}.grad"))
     if n.mark:
         rows.append(("diff", n.mark))
+    rows += n.notes
+    if n.links:
+        rows.append(("lights up", f"{len(n.links)} linked nodes"))
     return tuple(rows)
+
+
+def _targets(data: GraphData) -> list[list[int]]:
+    """Where each node's edges go (its gradients, in a backward graph), in edge order."""
+    targets: list[list[int]] = [[] for _ in data.nodes]
+    for s, d in data.edges:
+        targets[s].append(d)
+    return targets
 
 
 def views(data: GraphData) -> tuple[View, ...]:
@@ -189,14 +198,16 @@ def render_svg(view: View, selected: int | None = None) -> str:
     return "".join(parts)
 
 
-_FILL = {"op": "#dbe8f7", "leaf": "#d9f2d9", "saves": "#fde7c8", "group": "#ece6f5"}
+_FILL = {"op": "#dbe8f7", "leaf": "#d9f2d9", "saves": "#fde7c8", "group": "#ece6f5", "input": "#d9f2d9",
+         "line": "#f4f4f4", "break": "#f7c6c6", "kernel": "#fde7c8"}
 _MARK = {"added": "#2a2", "removed": "#c22", "changed": "#c70"}
 
 
 def _state(data: GraphData, laid_out: tuple | None = None) -> dict:
     """The widget's `graph` trait: plain JSON, small. `modules` lists each chain of modules that ran once,
     as [path, index of the entry it ran in, or -1] (a module shared by two parents is listed under each);
-    a node is [label, kind, index of its innermost module's entry or -1, saved, targets, op, mark] (a saved tensor's attr without its "_saved_" prefix); a box is [key, x, y, w],
+    a node is [label, kind, index of its innermost module's entry or -1, saved, targets, op, mark, links,
+    notes] (a saved tensor's attr without its "_saved_" prefix); a box is [key, x, y, w],
     where "n:5" is node 5 and "g:A.b" the module A.b collapsed; an edge is [from box, to box, x of each
     layer it passes]: its ends are the boxes' centres and the layers are box_h + layer_gap apart."""
     all_views = laid_out if laid_out is not None else views(data)
@@ -210,7 +221,8 @@ def _state(data: GraphData, laid_out: tuple | None = None) -> dict:
     return {"modules": entries,
             "nodes": [[n.label, n.kind, chains[n.group] if n.group else -1,
                        [[a.removeprefix("_saved_"), list(sh), dt, b, i, v] for a, sh, dt, b, i, v in n.saved],
-                       list(n.targets), n.op, n.mark] for n in data.nodes],
+                       targets, n.op, n.mark, list(n.links), [list(r) for r in n.notes]]
+                      for n, targets in zip(data.nodes, _targets(data))],
             "order": list(data.order), "first": first_depth(all_views), "title": data.title,
             "targets_label": data.targets_label,
             "box_h": graph_layout.BOX_H, "layer_gap": graph_layout.LAYER_GAP,   # the same for every box
@@ -291,6 +303,9 @@ def _check(data: GraphData) -> None:
         if not (0 <= s < n and 0 <= d < n):
             raise ValueError(f"edge ({s}, {d}) names a node that does not exist (nodes are 0..{n - 1}); "
                              "pass edges between the given nodes")
+    for i, node in enumerate(data.nodes):
+        if not all(0 <= k < n for k in node.links):
+            raise ValueError(f"node {i} links to {node.links}, but nodes are 0..{n - 1}; link to given nodes")
     if graph_layout.cycle_edges(n, list(data.edges)):
         raise ValueError("the graph has a cycle; a backward graph never does, so pass a DAG "
                          "(for example from autograd_graph.trace)")

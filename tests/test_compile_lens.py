@@ -59,35 +59,79 @@ def _explained(fn, *args):
     return out
 
 
+def print_then_item(x):
+    # nothing is traced before the print: the graph this break ends is empty
+    print("first")
+    return x.sum().item()
+
+
 @pytest.mark.parametrize("fn, known", [
-    (noisy, [("GB0059", 'print("hi")', 1), ("GB0124", "scale = y.mean().item()", 1)]),
-    (branchy, [("GB0170", "if y.sum() > 0:", 1)]),                  # Data-dependent branching
-    (twice, [("GB0059", 'print("tick")', 2)]),                      # one line breaking twice is counted once
+    (noisy, [("GB0059", 'print("hi")', 1, True), ("GB0124", "scale = y.mean().item()", 1, True)]),
+    (branchy, [("GB0170", "if y.sum() > 0:", 1, True)]),              # Data-dependent branching
+    (twice, [("GB0059", 'print("tick")', 3, True)]),                  # traced 3 times, one entry
+    (print_then_item, [("GB0059", 'print("first")', 1, False), ("GB0124", "return x.sum().item()", 1, True)]),
 ], ids=lambda f: getattr(f, "__name__", ""))
 def test_breaks_match_explain_deduplicated_and_carry_registry_codes(fn, known):
     report = _quiet(fn, torch.rand(8), kernels=False)
-    assert [(b.code, b.line, b.count) for b in report.breaks] == known
+    assert [(b.code, b.line, b.count, b.in_explain) for b in report.breaks] == known
     explained = _explained(fn, torch.rand(8))
     expected = list(dict.fromkeys(((b.user_stack[-1].line or "").strip()) for b in explained.break_reasons))
-    assert [b.line for b in report.breaks] == expected
-    assert sum(b.count for b in report.breaks) == len(explained.break_reasons)
+    assert [b.line for b in report.breaks if b.in_explain] == expected       # explain's, deduplicated
+    for b in report.breaks:                    # Dynamo met it at least as often as a graph ended there
+        assert b.count >= sum((r.user_stack[-1].line or "").strip() == b.line for r in explained.break_reasons)
     assert all(b.code.startswith("GB") and b.explanation for b in report.breaks)    # in the installed registry
     assert [len(g.nodes) for g in report.graphs] == [len(g.graph.nodes) for g in explained.graphs]
 
 
-def test_the_training_step_breaks_at_backward():
+def _training_step():
     torch.manual_seed(0)
     model = models.mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 
     def step(x, y):
+        optimizer.zero_grad()
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         optimizer.step()
         return loss.detach()
 
-    report = _quiet(step, torch.rand(4, 28, 28), torch.randint(0, 10, (4,)), kernels=False)
-    assert (report.breaks[0].code, report.breaks[0].line) == ("GB0123", "loss.backward()")
+    return step, (torch.rand(4, 28, 28), torch.randint(0, 10, (4,)))
+
+
+def test_the_training_step_breaks_where_explain_cannot_see():
+    step, args = _training_step()
+    report = _quiet(step, *args, kernels=False)
+    assert [(b.code, b.line, b.in_explain) for b in report.breaks] == [
+        ("GB0008", "optimizer.zero_grad()", False),        # a skipped function, first thing: an empty graph
+        ("GB0123", "loss.backward()", True),
+        ("GB0025", "optimizer.step()", False)]             # torch._dynamo.graph_break() inside torch.optim
+    assert report.breaks[2].where.startswith("torch/optim/optimizer.py:")
+    explained = _explained(step, *args)
+    assert [r.user_stack[-1].line.strip() for r in explained.break_reasons] == ["loss.backward()"]
+
+
+def test_aot_autograd_forward_and_backward_graphs():
+    step, args = _training_step()
+    forward_graph = _quiet(step, *args, kernels=False).graphs[0]     # the forward and loss
+    forward_ops = {n.target for n in forward_graph.forward if n.op == "call_function"}
+    backward_ops = {n.target for n in forward_graph.backward if n.op == "call_function"}
+    assert {"addmm.default", "relu.default"} <= forward_ops           # ATen ops, not torch functions
+    assert {"mm.default", "threshold_backward.default"} <= backward_ops
+    inference = _quiet(gelu_like, torch.rand(8), kernels=False).graphs[0]
+    assert inference.forward and inference.backward == ()            # nothing needs a gradient
+
+
+def test_guards_of_each_entry_and_the_guard_each_recompile_failed():
+    report = compile_lens.capture_calls(lambda x: (x * 2).sin().sum(), [torch.rand(n) for n in (8, 16, 1, 32)])
+    assert [(e.id, e.call) for e in report.entries] == [("0/0", 0), ("0/1", 1), ("0/2", 2)]   # 32 reuses 0/1
+    assert report.entries[0].failed == ()
+    assert report.entries[1].failed == ("0/0: tensor 'x' size mismatch at index 0. expected 8, actual 16",)
+    assert report.entries[2].failed == ("0/1: 2 <= x.size()[0]",           # sizes 0 and 1 are specialised
+                                        "0/0: tensor 'x' size mismatch at index 0. expected 8, actual 1")
+    sizes = [next(g.check for g in e.guards if g.kind == "TENSOR_MATCH").split("size=")[1] for e in report.entries]
+    assert sizes == ["[8], stride=[1])", "[None], stride=[1])", "[1], stride=[1])"]   # None: a symbolic size
+    checks = [(g.kind, g.check) for g in report.entries[1].guards]
+    assert ("LAMBDA_GUARD", "2 <= L['x'].size()[0]") in checks            # the symbolic size's range
 
 
 def test_kernels_map_to_fx_nodes_and_lines():
@@ -107,15 +151,33 @@ def test_the_view_links_lines_to_fx_nodes_and_kernels():
     line = labels.index("y = x + 0.044715 * x ** 3")
     kernel = next(i for i, label in enumerate(labels) if label.startswith("cpp_fused_"))
     from_line = {d for s, d in data.edges if s == line}
-    assert from_line and all(data.nodes[d].group == ("graph 0",) for d in from_line)
+    assert from_line and all(data.nodes[d].group == ("graph 0 (entry 0/0)",) for d in from_line)
     assert any((d, kernel) in data.edges for d in from_line)                 # line -> FX node -> kernel
+    assert from_line | {kernel} == set(data.nodes[line].links)              # a click lights them up
+    assert line in data.nodes[kernel].links and from_line & set(data.nodes[kernel].links)
+    assert dict(graph_view.details(data, kernel))["source"].count("\n") < 60  # the C++, its first lines
     assert graph_view.views(data)                                            # it lays out
+
+
+def test_a_break_sits_between_its_graphs_and_its_panel_names_the_code():
+    from nbhelpers import graph_view
+
+    data = compile_lens.to_graph_data(_quiet(noisy, torch.rand(8), kernels=False))
+    labels = [n.label for n in data.nodes]
+    item = labels.index("break GB0124: scale = y.mean().item()")
+    before = [data.nodes[s].group for s, d in data.edges if d == item]
+    after = [data.nodes[d].group for s, d in data.edges if s == item]
+    assert before == [("graph 1 (entry 1/0)",)] and after == [("graph 2 (entry 2/0)",)]
+    rows = dict(graph_view.details(data, item))
+    assert rows["code"] == "GB0124" and "capture_scalar_outputs" in rows["explanation"]
+    assert data.nodes[item].links == (labels.index("scale = y.mean().item()"),)
 
 
 def test_a_loop_with_a_break_is_skipped_whole_and_still_named():
     assert _explained(repeated, torch.rand(2)).graph_count == 0             # explain shows nothing
     report = _quiet(repeated, torch.rand(2), kernels=False)
-    assert report.graphs == () and [(b.code, b.line) for b in report.breaks] == [("GB0059", 'print("tick")')]
+    assert report.graphs == () and [(b.code, b.line, b.in_explain) for b in report.breaks] == [
+        ("GB0059", 'print("tick")', False)]
 
 
 def test_a_function_dynamo_cannot_trace_at_all_names_its_break():
