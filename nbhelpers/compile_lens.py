@@ -21,7 +21,7 @@ Three hooks of the installed torch, each for what only it sees:
   fuses: `cpp_fused_add_mul_pow_tanh_0`) and, through them, to lines.
 
 A break's reason holds a `Gb_type` of `torch/_dynamo/graph_break_registry.json`, which gives its code
-(GB0124), explanation and hints. Dynamo is reset before and after, so the caller's compiled functions
+(GB0124); its explanation and hints are the ones Dynamo filled in for it (the registry holds templates). Dynamo is reset before and after, so the caller's compiled functions
 are not reused (the reset also drops any other compiled code in the process, as `explain`'s does); the
 one config patch is undone and the trace handler removed on the way out.
 
@@ -53,6 +53,7 @@ class FxNode:
     target: str
     shape: str                 # of the traced value, "" when it is not a tensor
     line: str                  # the user's source line that made it ("" for inputs and outputs)
+    source: str = ""           # in an AOTAutograd graph: the Dynamo FX node it was made from (meta["from_node"])
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,9 @@ def _nodes(gm) -> tuple[FxNode, ...]:
         value = n.meta.get("example_value", n.meta.get("val"))      # Dynamo's, AOTAutograd's
         shape = str(list(value.shape)) if isinstance(value, torch.Tensor) else ""
         target = getattr(n.target, "__name__", str(n.target))
-        nodes.append(FxNode(n.name, n.op, target, shape, _user_line(n.meta.get("stack_trace"))))
+        made_from = n.meta.get("from_node") or ()                      # provenance, innermost pass first
+        nodes.append(FxNode(n.name, n.op, target, shape, _user_line(n.meta.get("stack_trace")),
+                            made_from[0].name if made_from else ""))
     return tuple(nodes)
 
 
@@ -284,13 +287,25 @@ def _breaks(records, reasons) -> tuple[Break, ...]:
         file, lineno = at.group(1), int(at.group(2))
         key = (gb_type, *user[-1][:2]) if user else (gb_type, file, str(lineno))
         entry = found.setdefault(key, {"line": user[-1][2].strip() if user else "", "count": 0, "explain": False,
-                                       "entry": _record_entry(metadata),
+                                       "entry": _record_entry(metadata), **_explained_as(head, known.get(gb_type)),
                                        "where": f"torch{file[len(torch_dir):]}:{lineno}" if file.startswith(torch_dir) else ""})
         entry["count"] += 1
         entry["explain"] |= (gb_type, file, lineno) in explained
-    return tuple(Break(known.get(gb, {}).get("code", ""), gb, e["line"], e["count"],
-                       known.get(gb, {}).get("explanation", ""), known.get(gb, {}).get("hints", ()),
+    return tuple(Break(known.get(gb, {}).get("code", ""), gb, e["line"], e["count"], e["explanation"], e["hints"],
                        e["where"], e["explain"], e["entry"]) for (gb, *_), e in found.items())
+
+
+_EXPLANATION = re.compile(r"^  Explanation: (.*?)(?=^  Hint: |^\s*$|\Z)", re.M | re.S)
+_HINT = re.compile(r"^  Hint: (.*)$", re.M)
+
+
+def _explained_as(head: str, entry: dict | None) -> dict:
+    """The explanation and hints as Dynamo filled them in for this break (the registry holds templates,
+    such as "builtin operator `{fn.__name__}`"), else the registry's."""
+    entry = entry or {"explanation": "", "hints": ()}
+    found = _EXPLANATION.search(head)
+    return {"explanation": " ".join(found.group(1).split()) if found else entry["explanation"],
+            "hints": tuple(_HINT.findall(head)) or entry["hints"]}
 
 
 _KERNEL = re.compile(r"^(\w+) = async_compile\.\w+\(.*?r?'{3}(.*?)'{3}", re.S | re.M)
@@ -298,20 +313,24 @@ _NAME_PARTS = re.compile(r"^(cpp|triton)_(fused|poi|red|per)_|_\d+$")
 
 
 def _kernels(gm, example_inputs, graph: FxGraph) -> tuple[Kernel, ...]:
-    """Compile one Dynamo graph (`graph` is its FxGraph) with inductor; each kernel and the FX nodes
-    whose ops it fuses."""
+    """Compile one Dynamo graph (`graph` is its FxGraph) with inductor; each kernel, the Dynamo FX nodes
+    it covers and their lines. Inductor names a kernel after ATen ops, so the name is matched against
+    AOTAutograd's forward graph (`F.cross_entropy` is `_log_softmax` and `nll_loss_forward` there), whose
+    nodes say which Dynamo node each came from."""
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.utils import run_and_get_code
 
     with torch.no_grad():
         _, codes = run_and_get_code(lambda: compile_fx(gm, example_inputs))     # compiled, never run
-    fx = [(n.name, n.target.strip("_"), n.line) for n in graph.nodes if n.op.startswith("call_")]
+    line_of = {n.name: n.line for n in graph.nodes}
+    aten = [(n.target.split(".")[0].strip("_"), n.source or n.name) for n in graph.forward or graph.nodes
+            if n.op.startswith("call_")]
     found = []
     for code in codes:
         for name, source in _KERNEL.findall(code):
             ops = f"_{_NAME_PARTS.sub('', name)}_"              # "_add_clamp_min_mul_" holds "_clamp_min_"
-            covered = tuple(n for n, target, _ in fx if f"_{target}_" in ops)
-            lines = tuple(dict.fromkeys(line for n, _, line in fx if n in covered and line))
+            covered = tuple(dict.fromkeys(fx for op, fx in aten if f"_{op}_" in ops and fx in line_of))
+            lines = tuple(dict.fromkeys(line_of[fx] for fx in covered if line_of[fx]))
             found.append(Kernel(name, source, covered, lines))
     return tuple(found)
 

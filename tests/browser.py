@@ -48,3 +48,46 @@ def local_page(origin: str):
             yield page, blocked
         finally:
             browser.close()
+
+
+def stored_graph(notebook, label: str) -> dict:
+    """The stored graph view of a committed notebook that has a node labelled `label`, as its front-end
+    receives it."""
+    import json
+
+    state = json.loads(notebook.read_text())["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]
+    graphs = [json.loads(m["state"]["graph"]) for m in state["state"].values() if "graph" in m["state"]]
+    (graph,) = [g for g in graphs if any(n[0] == label for n in g["nodes"])]
+    return graph
+
+
+def view_with(page, label: str):
+    """The drawn graph view on `page` whose text includes `label`."""
+    return page.locator(".gv").filter(has_text=label)
+
+
+# A box's text content also holds its <title> (the tooltip): compare the drawn <text> only.
+_BOX_INDEX = """(view, label) => [...view.querySelectorAll("g.gv-box")]
+    .find((g) => g.querySelector("text").textContent === label).dataset.box"""
+_LIT = """(view) => [...view.querySelectorAll("g.gv-box.gv-linked")].map((g) => g.querySelector("text").textContent)"""
+
+
+def click_box(view, label: str) -> None:
+    view.locator(f'g.gv-box[data-box="{view.evaluate(_BOX_INDEX, label)}"]').click()
+
+
+def lit_labels(view) -> set[str]:
+    return set(view.evaluate(_LIT))
+
+
+def check_compile_view_clicks(view, graph: dict, line: str, code: str) -> None:
+    """In a compile_lens view: a click on source line `line` lights up exactly the nodes Python linked
+    to it (its FX nodes among them), and a click on its break shows the break's GB code."""
+    labels = [n[0] for n in graph["nodes"]]
+    linked = {labels[k] for k in graph["nodes"][labels.index(line)][7]}
+    click_box(view, line)
+    lit = lit_labels(view)
+    assert lit == linked and any(not label.startswith("break ") for label in lit), (lit, linked)
+    click_box(view, f"break {code}: {line}")
+    details = view.locator(".gv-details").inner_text()
+    assert f"code\n{code}" in details and "explain lists it" in details, details

@@ -242,3 +242,16 @@ def test_checkpointed_saves_hold_no_storage():
 def test_an_empty_layout_is_empty():
     drawing = graph_layout.layout(0, [], [])
     assert drawing.boxes == () and drawing.routes == ()
+
+
+NOTEBOOKS = sorted((graph_view._ESM.parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_graph_views_carry_the_current_front_end(path):
+    """The site and an unrun notebook draw with the JS stored in the widget state, not the package's."""
+    state = json.loads(path.read_text()).get("metadata", {}).get("widgets", {})
+    models_ = state.get("application/vnd.jupyter.widget-state+json", {}).get("state", {}).values()
+    stored = [m["state"]["_esm"] for m in models_ if "graph" in m["state"] and "_esm" in m["state"]]
+    stale = sum(esm != graph_view._ESM.read_text() for esm in stored)
+    assert not stale, f"{stale} of {len(stored)} stored views run an old graph_view.js: make execute NB={path}"

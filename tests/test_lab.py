@@ -184,6 +184,15 @@ def test_the_committed_graph_notebook_shows_every_graph_without_running(page, la
 
 
 @pytest.mark.browser
+def test_the_compile_view_responds_in_jupyterlab(page, lab):
+    open_notebook(page, lab, "05_compile_backends.ipynb")
+    view = browser.view_with(page, "scale = y.mean().item()")         # noisy(), from the stored state
+    view.locator(".gv-box").first.wait_for(timeout=60_000)
+    graph = browser.stored_graph(REPO / "notebooks" / "05_compile_backends.ipynb", "scale = y.mean().item()")
+    browser.check_compile_view_clicks(view, graph, "scale = y.mean().item()", "GB0124")
+
+
+@pytest.mark.browser
 def test_graph_view_interactions_in_jupyterlab(page, lab):
     open_and_run_all(page, lab, "02_autograd_graph.ipynb")
     page.locator(".jp-OutputArea-output", has_text="characters of SVG").first.wait_for(timeout=240_000)

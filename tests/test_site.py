@@ -14,6 +14,7 @@ from nbhelpers import _notebook_tools
 from tests import browser
 
 REPO = Path(__file__).resolve().parent.parent
+COMPILE_NB = REPO / "notebooks" / "05_compile_backends.ipynb"
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,8 @@ def site(tmp_path_factory):
     hostile_nb = _executed(root / "98_hostile.ipynb", HOSTILE_CELL)
     big_nb = _executed(root / "97_big.ipynb", BIG_CELL)
     pages = _notebook_tools.build_site([REPO / "notebooks" / "00_environment.ipynb", REPO / "notebooks" /
-                                        "02_autograd_graph.ipynb", big_nb, hostile_nb, widget_nb], root / "out")
+                                        "02_autograd_graph.ipynb", COMPILE_NB, big_nb, hostile_nb, widget_nb],
+                                       root / "out")
     return root / "out", pages
 
 
@@ -63,8 +65,8 @@ graph_view.show(graph_view.from_autograd(autograd_graph.trace(loss, module=model
 
 def test_pages_name_no_remote_script_or_style(site):
     out, pages = site
-    assert [p.name for p in pages] == ["00_environment.html", "02_autograd_graph.html", "97_big.html",
-                                       "98_hostile.html", "99_widget.html"]
+    assert [p.name for p in pages] == ["00_environment.html", "02_autograd_graph.html", "05_compile_backends.html",
+                                       "97_big.html", "98_hostile.html", "99_widget.html"]
     for page in pages:
         html = page.read_text()
         remote = re.findall(r'<(?:script|link)[^>]+(?:src|href)="(https?://[^"]+)"', html)
@@ -121,6 +123,19 @@ def test_graph_views_respond_offline_in_the_static_site(page, served):
     assert resnet.locator(".gv-depth").inner_text() == "depth 2 of 5: 22 boxes"
     resnet.locator(".gv-collapse").click()                                     # and collapse it again
     assert resnet.locator(".gv-depth").inner_text() == "depth 1 of 5: 12 boxes"
+
+
+@pytest.mark.browser
+def test_the_compile_view_links_a_line_to_its_fx_nodes_offline(page, served):
+    page.goto(f"{served}/05_compile_backends.html")
+    view = browser.view_with(page, "scale = y.mean().item()")         # noisy(), as compile_lens saw it
+    view.locator(".gv-box").first.wait_for(timeout=60_000)
+    graph = browser.stored_graph(COMPILE_NB, "scale = y.mean().item()")
+    browser.check_compile_view_clicks(view, graph, "scale = y.mean().item()", "GB0124")
+    step = browser.view_with(page, "break GB0008: optimizer.zero_grad(set_to_none=True)")   # the training step
+    browser.click_box(step, "cpp_fused__log_softmax_nll_loss_forward_1")   # a kernel: what it fused, from where
+    assert browser.lit_labels(step) == {"loss: cross_entropy", "loss = F.cross_entropy(net(x), y)"}
+    assert "fuses\nloss" in step.locator(".gv-details").inner_text()
 
 
 @pytest.mark.browser
