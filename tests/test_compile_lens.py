@@ -198,3 +198,19 @@ def test_bad_input():
 
     with pytest.raises(ValueError, match="the model's own error"):          # re-raised unchanged
         compile_lens.capture(fails, torch.rand(2), kernels=False)
+
+
+def test_it_leaves_logging_and_config_as_it_found_them():
+    import logging
+
+    trace_log = logging.getLogger("torch.__trace")
+    before = (list(trace_log.handlers), trace_log.propagate, torch._functorch.config.force_non_lazy_backward_lowering)
+
+    def fails(x):
+        raise ValueError("boom")
+
+    _quiet(noisy, torch.rand(8), kernels=False)
+    with pytest.raises(ValueError):
+        compile_lens.capture(fails, torch.rand(2), kernels=False)
+    assert (list(trace_log.handlers), trace_log.propagate,
+            torch._functorch.config.force_non_lazy_backward_lowering) == before
