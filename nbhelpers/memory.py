@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_flatten
 from nbhelpers import module_scope
 
 __all__ = ["OpEvent", "Allocation", "Tracker", "track", "Timeline", "timeline", "SavedBytes",
-           "saved_bytes_by_module", "cuda_history", "plot_timeline"]
+           "saved_bytes_by_module", "against_memtracker", "cuda_history", "plot_timeline"]
 
 
 @dataclass(frozen=True)
@@ -33,8 +33,8 @@ class OpEvent:
 
     index: int
     op: str                    # e.g. "aten.addmm.default"
-    module: str                # innermost module running it, e.g. "NeuralNetwork.core.fc1"
-    phase: str                 # "forward" or "backward"
+    module: str                # innermost module running it, e.g. "NeuralNetwork.core.fc1", or "Adam.step"
+    phase: str                 # "forward", "backward" or "optimizer" (inside an optimizer's step())
     live_bytes: int            # bytes of storages allocated inside the block and still alive
     cuda_allocated: int | None = None
     cuda_reserved: int | None = None
@@ -60,6 +60,9 @@ class Tracker:
     allocations: list[Allocation] = field(default_factory=list)
     live_bytes: int = 0
     peak_bytes: int = 0
+    # storages made before the block that an op returned (a view, or an in-place result), not counted:
+    # storage key -> (bytes, phase it was first returned in)
+    earlier: dict[int, tuple[int, str]] = field(default_factory=dict)
 
 
 class _LiveBytes(TorchDispatchMode):
@@ -69,7 +72,10 @@ class _LiveBytes(TorchDispatchMode):
         self.live: dict[int, Allocation] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        inputs = {_key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)}
+        # torch.tensor(data) fills its storage before any op runs, then hands it to lift_fresh: that
+        # input is new, not a tensor from before the block
+        made = () if func is torch.ops.aten.lift_fresh.default else tree_flatten((args, kwargs))[0]
+        inputs = {_key(t) for t in made if isinstance(t, torch.Tensor)}
         out = func(*args, **(kwargs or {}))
         t = self.tracker
         module, phase = self.modules.current()
@@ -80,6 +86,8 @@ class _LiveBytes(TorchDispatchMode):
             # a storage we count already, or one of the op's inputs (a view or an in-place result of a
             # tensor made before the block); addresses are not remembered beyond the op, because the
             # allocator reuses the address of a freed storage for a new one
+            if key and key in inputs and key not in self.live:
+                t.earlier.setdefault(key, (tensor.untyped_storage().nbytes(), phase))
             if not key or key in self.live or key in inputs:
                 continue
             storage = tensor.untyped_storage()
@@ -128,6 +136,10 @@ class Timeline:
     peak_bytes: int
 
 
+_PHASE_CATEGORY = {"forward": "activations & other forward", "backward": "backward temporaries",
+                   "optimizer": "optimizer step", "cuda": "allocator blocks"}
+
+
 def timeline(tracker: Tracker, categories: dict[str, list] | None = None) -> Timeline:
     """Split the tracker's live bytes into categories: each named group of tensors alive at the end
     (e.g. {"gradients": [...], "optimizer state": [...]}) and, for everything else, its phase."""
@@ -140,12 +152,92 @@ def timeline(tracker: Tracker, categories: dict[str, list] | None = None) -> Tim
     changes: dict[str, list[int]] = defaultdict(lambda: [0] * (n + 1))   # bytes in/out at each op
     for a in tracker.allocations:
         name = owner.get(a.key) if a.freed_at is None else None
-        name = name or ("activations & other forward" if a.phase == "forward" else "backward temporaries")
+        name = name or _PHASE_CATEGORY[a.phase]
         changes[name][a.op_index] += a.nbytes
         changes[name][a.freed_at if a.freed_at is not None else n] -= a.nbytes
     series = {name: list(accumulate(delta[:n])) for name, delta in changes.items()}
     labels = tuple(f"{e.phase}: {e.module}" for e in tracker.events)
     return Timeline(labels, series, tracker.peak_bytes)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """One MemTracker category at its peak against `track`'s figure at its peak, and the difference that
+    is accounted for: what existed before the block, which `track` does not count by design."""
+
+    category: str              # MemTracker's (torch/distributed/_tools/mem_tracker.py, _MemRefType)
+    memtracker: int
+    ours: int
+    accounted: int
+    why: str
+
+    @property
+    def agrees(self) -> bool:
+        return self.memtracker == self.ours + self.accounted
+
+
+def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
+                       optimizer: torch.optim.Optimizer) -> tuple[Agreement, ...]:
+    """Run `step()` (one training step of `model` with `optimizer`) three times: once so the optimizer's
+    state exists, once under torch's MemTracker (`track_external(model, optimizer)`), once under `track`,
+    each of the last two after `optimizer.zero_grad()`, so that no gradient from an earlier step is held;
+    compare the two peaks category by category. MemTracker files a gradient under Temp until it is
+    accumulated into `.grad`, and `track` by what it is at the end, so those two are compared together.
+    """
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    step()
+    optimizer.zero_grad(set_to_none=True)
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer)
+    with tracker:
+        step()
+    (snapshot,) = tracker.get_tracker_snapshot("peak").values()        # one device
+    mt = {str(getattr(k, "value", k)): v for k, v in snapshot.items()}
+    optimizer.zero_grad(set_to_none=True)
+    before = _held_before(model, optimizer)
+    with track() as ours:
+        step()
+    named = {"gradients": [p.grad for p in model.parameters()]}
+    series = timeline(ours, named).bytes_by_category
+    total = [sum(values) for values in zip(*series.values())] or [0]
+    peak = {name: values[total.index(max(total))] for name, values in series.items()} if series else {}
+    earlier = defaultdict(int)                      # made before, first returned as a view in this phase
+    for key, (nbytes, phase) in ours.earlier.items():
+        if key not in before["keys"]:
+            earlier[phase] += nbytes
+    view = "an input made before the block, which MemTracker counts once an op returns a view of it"
+    return (
+        Agreement("Parameter", mt["Parameter"], 0, before["Parameter"], "parameters exist before the block"),
+        Agreement("Buffer", mt["Buffer"], 0, before["Buffer"], "buffers exist before the block"),
+        Agreement("Optstate", mt["Optstate"], peak.get("optimizer step", 0), before["Optstate"] + earlier["optimizer"],
+                  "the optimizer's state exists before the step (its temporaries are counted by both)"),
+        Agreement("Activation", mt["Activation"], peak.get("activations & other forward", 0), earlier["forward"],
+                  view),
+        Agreement("Gradient + Temp", mt["Gradient"] + mt["Temp"],
+                  peak.get("gradients", 0) + peak.get("backward temporaries", 0), earlier["backward"], view),
+        Agreement("Total", mt["Total"], ours.peak_bytes,
+                  sum(before[k] for k in ("Parameter", "Buffer", "Optstate")) + sum(earlier.values()),
+                  "the rows above"),
+    )
+
+
+def _held_before(model, optimizer) -> dict:
+    """Bytes of the storages the model and optimizer hold, by MemTracker's category, counting each storage once."""
+    keys: set[int] = set()
+
+    def once(tensors) -> int:
+        total = 0
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and _key(t) not in keys:
+                keys.add(_key(t))
+                total += t.untyped_storage().nbytes()
+        return total
+
+    params = list(model.parameters())
+    held = {"Parameter": once(params), "Buffer": once(model.buffers()),
+            "Optstate": once(t for state in optimizer.state.values() for t in state.values())}
+    return {**held, "keys": keys}
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,8 @@ largest possible number) are tagged with the module that owns their parameter. U
 `torch.utils.module_tracker.ModuleTracker`, which registers `register_multi_grad_hook` on each module's
 inputs and outputs, it registers no hooks on tensors: the graph it tags is the one the model built.
 The leave hook is registered with `always_call=True`, so a forward that raises still pops the stack.
+Global optimizer step hooks (`torch.optim.optimizer.register_optimizer_step_pre_hook` and its post hook)
+mark `optimizer.step()` as a phase of its own, named after the optimizer (`Adam.step`).
 
 Example:
     with module_scope.record():
@@ -55,24 +57,35 @@ class _Scope:
         self.stack: list[tuple[str, int]] = []           # (path, first sequence nr) per running module
         self.names: dict[int, str] = {}              # id(module) -> path, from the outermost module
         self.handles = []
+        self.steps: list[str] = []                   # the optimizers whose step() is running
 
     def __enter__(self):
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
         self.handles = [torch.nn.modules.module.register_module_forward_pre_hook(self._enter_module),
                         torch.nn.modules.module.register_module_forward_hook(self._leave_module,
-                                                                             always_call=True)]
+                                                                             always_call=True),
+                        register_optimizer_step_pre_hook(lambda opt, args, kwargs: self._enter_step(opt)),
+                        register_optimizer_step_post_hook(lambda opt, args, kwargs: self.steps.pop())]
         return self
 
     def __exit__(self, *exc):
         for h in self.handles:
             h.remove()
-        self.handles, self.stack = [], []
+        self.handles, self.stack, self.steps = [], [], []
 
     def current(self) -> tuple[str, str]:
-        """(module path, "forward" or "backward") for the op running now."""
+        """(module path, "forward", "backward" or "optimizer") for the op running now; in an optimizer's
+        step() the path is the optimizer's `<class>.step`."""
         node = torch._C._current_autograd_node()
         if node is not None:
             return module_of(node), "backward"
+        if self.steps:
+            return self.steps[-1], "optimizer"
         return (self.stack[-1][0] if self.stack else OUTSIDE), "forward"
+
+    def _enter_step(self, optimizer) -> None:
+        self.steps.append(f"{type(optimizer).__name__}.step")
 
     def _enter_module(self, module, args):
         if not self.stack:                           # an outermost module: name everything under it once
