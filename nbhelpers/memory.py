@@ -162,14 +162,14 @@ def timeline(tracker: Tracker, categories: dict[str, list] | None = None) -> Tim
 
 @dataclass(frozen=True)
 class Agreement:
-    """One MemTracker category at its peak against `track`'s figure at its peak, and the difference that
-    is accounted for: what existed before the block, which `track` does not count by design."""
+    """One MemTracker category at its peak against `track`'s at its peak, and the bytes that account for
+    the difference: what existed before the block, which `track` does not count by design."""
 
     category: str              # MemTracker's (torch/distributed/_tools/mem_tracker.py, _MemRefType)
     memtracker: int
     ours: int
     accounted: int
-    why: str
+    accounted_for: str         # what the accounted bytes are
 
     @property
     def agrees(self) -> bool:
@@ -206,16 +206,16 @@ def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
     for key, (nbytes, phase) in ours.earlier.items():
         if key not in before["keys"]:
             earlier[phase] += nbytes
-    view = "an input made before the block, which MemTracker counts once an op returns a view of it"
     return (
-        Agreement("Parameter", mt["Parameter"], 0, before["Parameter"], "parameters exist before the block"),
-        Agreement("Buffer", mt["Buffer"], 0, before["Buffer"], "buffers exist before the block"),
+        Agreement("Parameter", mt["Parameter"], 0, before["Parameter"], "the parameters, held from before the block"),
+        Agreement("Buffer", mt["Buffer"], 0, before["Buffer"], "the buffers, held from before the block"),
         Agreement("Optstate", mt["Optstate"], peak.get("optimizer step", 0), before["Optstate"] + earlier["optimizer"],
-                  "the optimizer's state exists before the step (its temporaries are counted by both)"),
+                  "the optimizer's state, held from before (both count the step's temporaries)"),
         Agreement("Activation", mt["Activation"], peak.get("activations & other forward", 0), earlier["forward"],
-                  view),
+                  "tensors from before the block that forward returned a view of"),
         Agreement("Gradient + Temp", mt["Gradient"] + mt["Temp"],
-                  peak.get("gradients", 0) + peak.get("backward temporaries", 0), earlier["backward"], view),
+                  peak.get("gradients", 0) + peak.get("backward temporaries", 0), earlier["backward"],
+                  "tensors from before the block that backward returned a view of"),
         Agreement("Total", mt["Total"], ours.peak_bytes,
                   sum(before[k] for k in ("Parameter", "Buffer", "Optstate")) + sum(earlier.values()),
                   "the rows above"),
