@@ -1,5 +1,5 @@
-"""Benchmark (not a test): what memory.track costs on a CNN training step, against no tracking and
-against torch.profiler with profile_memory=True.
+"""Benchmark (not a test): what memory.track costs on a CNN training step, against no tracking, against
+torch's MemTracker (the same job: storages by category) and against torch.profiler with profile_memory=True.
 
     python tests/benchmarks/memory_tracker_overhead.py [--batch 64]
 """
@@ -8,6 +8,7 @@ import contextlib
 
 import torch
 import torch.nn.functional as F
+from torch.distributed._tools.mem_tracker import MemTracker
 from torch.utils import benchmark
 
 from nbhelpers import memory, models
@@ -31,7 +32,13 @@ def main() -> None:
     profiler = lambda: torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],  # noqa: E731
                                               profile_memory=True)
     step(profiler)  # the first profiler session pays a one-off start-up; keep it out of the timing
-    variants = {"untracked": contextlib.nullcontext, "memory.track": memory.track, "profiler": profiler}
+    def mem_tracker():
+        tracker = MemTracker()
+        tracker.track_external(model, optimizer)
+        return tracker
+
+    variants = {"untracked": contextlib.nullcontext, "memory.track": memory.track, "MemTracker": mem_tracker,
+                "profiler": profiler}
     medians = {}
     for name, context in variants.items():
         timer = benchmark.Timer("step(context)", globals={"step": step, "context": context})
