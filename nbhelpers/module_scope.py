@@ -45,8 +45,12 @@ def module_of(node) -> str:
 
 
 def _next_sequence_nr() -> int:
-    """The sequence number the next autograd node of this thread will get (creates and drops one)."""
-    probe = torch.empty(0, requires_grad=True).view(0)
+    """The sequence number the next autograd node of this thread will get (creates and drops one). The
+    probe runs with the dispatch modes set aside, so no instrument records it as an op of the program."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        probe = torch.empty(0, requires_grad=True).view(0)
     return probe.grad_fn._sequence_nr() + 1 if probe.grad_fn is not None else 0   # inference mode: no nodes
 
 

@@ -207,3 +207,11 @@ def test_a_tensor_made_from_python_data_in_the_block_is_counted():
         kept = torch.tensor([1.0, 2.0, 3.0])          # its storage is filled before lift_fresh runs
     assert t.live_bytes == 12 and not t.earlier
     del kept
+
+
+def test_module_scope_probes_are_not_recorded_as_ops_of_the_program():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    with memory.track() as t:
+        model(torch.rand(2, 4))
+    assert [e.op for e in t.events] == ["aten.t.default", "aten.addmm.default", "aten.relu.default",
+                                        "aten.detach.default"]     # no probe's empty and view
