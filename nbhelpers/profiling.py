@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["OpTime", "trace_summary", "plot_top_ops", "Work", "work", "Peaks", "machine_peaks", "Regime", "regime"]
+__all__ = ["OpTime", "trace_summary", "plot_top_ops", "Work", "work", "median_seconds", "machine_peaks",
+           "regime"]                       # machine_peaks returns Peaks, regime a Regime
 
 
 @dataclass(frozen=True)
@@ -120,12 +121,13 @@ def machine_peaks(device: torch.device | str = "cpu") -> Peaks:
     device = torch.device(device)
     a, b = torch.rand(1024, 1024, device=device), torch.rand(1024, 1024, device=device)
     source, target = torch.rand(16 * 1024 * 1024, device=device), torch.empty(16 * 1024 * 1024, device=device)
-    mm = _seconds(lambda: torch.mm(a, b))
-    copy = _seconds(lambda: target.copy_(source))
+    mm = median_seconds(lambda: torch.mm(a, b))
+    copy = median_seconds(lambda: target.copy_(source))
     return Peaks(2 * 1024 ** 3 / mm, 2 * source.numel() * source.element_size() / copy)
 
 
-def _seconds(fn, min_run_time: float = 0.3) -> float:
+def median_seconds(fn, min_run_time: float = 0.3) -> float:
+    """The median seconds per call of `fn()`, measured by torch.utils.benchmark (which synchronizes CUDA)."""
     from torch.utils import benchmark
 
     return benchmark.Timer("fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time).median
@@ -163,14 +165,14 @@ def regime(make, sizes: tuple[int, int], device: torch.device | str = "cpu", pea
         raise TypeError("make(size) must return the call to time (a function of no arguments)")
     try:
         works = tuple(counted(size) if counted else work(call) for size, call in zip(sizes, calls))
-        seconds = tuple(_seconds(call, 0.2) for call in calls)
+        seconds = tuple(median_seconds(call, 0.2) for call in calls)
     except Exception as error:
         raise ValueError(f"regime: the call raised {type(error).__name__}: {error}; make it run on its own "
                          "first, then classify it") from error
     if not any(w.flops or w.bytes_moved for w in works):
         raise ValueError("regime: the call did no tensor work (no FLOPs, no bytes moved: no op, or only views), "
                          "so there is nothing to classify; pass a call that computes with tensors")
-    floor = _seconds(lambda: None, 0.05)
+    floor = median_seconds(lambda: None, 0.05)
     if seconds[0] < 20 * floor:
         return Regime("too fast to classify", tuple(sizes), seconds, works, 0.0, 0.0,
                       f"{seconds[0] * 1e9:.0f} ns per call is within 20x of an empty call ({floor * 1e9:.0f} ns)")
