@@ -158,3 +158,101 @@ def _cell_output_problems(i: int, cell) -> list[str]:
         problems.append(f"code cell {i} wrote to stderr ({stderr[0][:80]!r}); silence it in the cell, "
                         "or start the cell with '# Shows stderr: why' if showing it is the point")
     return problems
+
+
+# Home-made instruments and the official tools each is checked against (README, "Instruments and the tools
+# that check them"). A notebook that calls an instrument must assert, somewhere, a comparison (or an
+# Agreement's `.agrees`) whose inputs come, through the notebook's own assignments, from a call of the
+# instrument and from a call of the official tool. Comments, imports, bare references and asserts that
+# compare nothing do not count.
+AGREEMENTS = {
+    "memory.track": {"memory.track", "memory.against_memtracker"},
+    "memory.saved_bytes_by_module": {"memory.saved_bytes_by_module"},
+    "compile_lens.capture": {"compile_lens.capture", "compile_lens.capture_calls"},
+    "profiling.work": {"profiling.work", "profiling.regime"},
+}
+OFFICIAL = {
+    "memory.track": {"memory.against_memtracker", "DebugMode"},            # MemTracker runs inside the former
+    "memory.saved_bytes_by_module": {"autograd_graph.trace"},              # reads each grad_fn's _saved_* attributes
+    "compile_lens.capture": {"torch._dynamo.explain"},
+    "profiling.work": {"FlopCounterMode"},
+}
+
+
+def _dotted(node) -> str:
+    while isinstance(node, ast.Call):            # explain(fn)(args): the inner call names the tool
+        node = node.func
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
+
+
+def _calls_and_names(node) -> tuple[set[str], set[str]]:
+    """The calls in an expression, and the free names it reads (not a comprehension's or lambda's own)."""
+    calls = {_dotted(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+    local = {m.id for n in ast.walk(node) if isinstance(n, ast.comprehension) for m in ast.walk(n.target)
+             if isinstance(m, ast.Name)}
+    local |= {a.arg for n in ast.walk(node) if isinstance(n, ast.Lambda) for a in n.args.args}
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - local
+    return calls - {""}, names
+
+
+def _code_tree(nb) -> ast.Module:
+    lines = [line for c in _code(nb) for line in c.source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    return ast.parse("\n".join(lines))
+
+
+def _bindings(tree) -> dict[str, set[ast.AST]]:
+    """name -> the expressions it was bound from (assignments, for targets, with ... as)."""
+    bound: dict[str, set] = {}
+
+    def bind(target, value):
+        for n in ast.walk(target):
+            if isinstance(n, ast.Name):
+                bound.setdefault(n.id, set()).add(value)
+
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and node.value is not None:
+            for target in getattr(node, "targets", [getattr(node, "target", None)]):
+                bind(target, node.value)
+        elif isinstance(node, ast.For):           # a comprehension's names stay inside it: not bound here
+            bind(node.target, node.iter)
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            bind(node.optional_vars, node.context_expr)
+    return bound
+
+
+def _sources(expr, bound) -> set[str]:
+    """Every call an expression's value comes from, following the names it uses to where they were bound."""
+    seen_names, calls, todo = set(), set(), [expr]
+    while todo:
+        node_calls, names = _calls_and_names(todo.pop())
+        calls |= node_calls
+        for name in names - seen_names:
+            seen_names.add(name)
+            todo.extend(bound.get(name, ()))
+    return calls
+
+
+def _matches(calls: set[str], patterns: set[str]) -> bool:
+    return any(c == p or c.endswith("." + p) for c in calls for p in patterns)
+
+
+def agreement_problems(nb) -> list[str]:
+    """Instruments the notebook calls without an assert comparing them with their official tool."""
+    tree = _code_tree(nb)
+    used = {_dotted(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    bound = _bindings(tree)
+    checks = [n.test for n in ast.walk(tree) if isinstance(n, ast.Assert)
+              and any(isinstance(m, ast.Compare) or (isinstance(m, ast.Attribute) and m.attr == "agrees")
+                      for m in ast.walk(n.test))]
+    problems = []
+    for instrument, calls in AGREEMENTS.items():
+        if not _matches(used, calls):
+            continue
+        if not any(_matches(s := _sources(test, bound), calls) and _matches(s, OFFICIAL[instrument]) for test in checks):
+            problems.append(f"{instrument} is used but no assert compares it with {sorted(OFFICIAL[instrument])}; "
+                            "add one in this notebook (README: 'Instruments and the tools that check them')")
+    return problems

@@ -1,4 +1,5 @@
 """The notebook harness itself: its rules catch what they claim to, and the series follows them."""
+import ast
 import copy
 import importlib
 import os
@@ -177,3 +178,43 @@ def test_runs_on_times_agree_between_notebooks_and_readme():
         assert m, f"{path.name}: its card needs '**Runs on:** CPU, about N s on 2 cores'"
         headers[path.stem] = int(m.group(1))
     assert readme == headers       # one number per notebook, the same in both places
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_instrument_a_notebook_uses_is_checked_there_against_its_official_tool(path):
+    assert notebook_rules.agreement_problems(_read(path)) == []
+
+
+def _without_lines(nb, *needles):
+    trimmed = copy.deepcopy(nb)
+    for cell in trimmed.cells:
+        cell.source = "\n".join(line for line in cell.source.splitlines() if not any(n in line for n in needles))
+    return trimmed
+
+
+def test_the_agreement_rule_fails_without_the_assert_and_is_not_fooled_by_decoration():
+    profiling_nb = _read(REPO / "notebooks" / "09_profiling.ipynb")
+    bare = _without_lines(profiling_nb, "assert profiling.work(cnn_forward_backward).flops == step_flops")
+    assert any(p.startswith("profiling.work is used") for p in notebook_rules.agreement_problems(bare))
+    decorated = copy.deepcopy(bare)
+    decorated.cells[-1].source += ("\n# profiling.work agrees with FlopCounterMode\n"
+                                   "from torch.utils.flop_counter import FlopCounterMode\n"
+                                   "assert FlopCounterMode is not None\n"                 # compares nothing it computed
+                                   "assert profiling.work(lambda: None).flops == FlopCounterMode.__name__.count('x')\n")
+    assert any(p.startswith("profiling.work is used") for p in notebook_rules.agreement_problems(decorated))
+    unchecked = _read(REPO / "notebooks" / "08_memory_diagnosis.ipynb")       # without its MemTracker cell
+    unchecked.cells = [c for c in unchecked.cells if "memory.against_memtracker(" not in c.source]
+    assert any(p.startswith("memory.track is used") for p in notebook_rules.agreement_problems(unchecked))
+
+
+def test_the_readme_table_lists_every_checked_instrument_and_where_it_is_used():
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("## Instruments and the tools that check them", 1)[1].split("\n\n")[2]
+    rows = {line.split("|")[1].strip().strip("`"): line.split("|")[5].strip()
+            for line in table.splitlines()[2:]}
+    assert set(rows) == set(notebook_rules.AGREEMENTS)
+    for instrument, where in rows.items():
+        using = {p.name[:2] for p in NOTEBOOKS if notebook_rules._matches(
+            {notebook_rules._dotted(n.func) for n in ast.walk(notebook_rules._code_tree(_read(p)))
+             if isinstance(n, ast.Call)}, notebook_rules.AGREEMENTS[instrument])}
+        assert where.split(", ") == sorted(using), instrument
