@@ -7,9 +7,13 @@ verdict is the same on every machine. The judges live in _judges_tensors (notebo
 _judges_training (05-08) and _judges_tools (09-12). Reference solutions and wrong answers are in
 tests/exercise_solutions.py; the tests prove each exercise can be passed and can be failed.
 
+`check` also remembers the latest verdict of each exercise in this process, so that `progress()` can say,
+for each notebook with a checked exercise, how many passed, failed and are still unanswered.
+
 Example:
     exercises.check("01.1", shares_storage)   # prints 'PASS 01.1 · ...' or 'FAIL 01.1 · ...: why. Hint: ...'
     exercises.grade("01.1", shares_storage).passed
+    exercises.progress()                      # 'notebook 01: 1 passed, 0 failed, 1 unanswered'
 """
 from __future__ import annotations
 
@@ -21,7 +25,9 @@ import torch
 from nbhelpers import _judges_tensors, _judges_tools, _judges_training  # noqa: F401
 from nbhelpers._judging import EXERCISES, NOT_ANSWERED, AnswerRaised, Unanswered, first_line
 
-__all__ = ["Verdict", "grade", "check"]
+__all__ = ["Verdict", "grade", "check", "progress"]
+
+_LATEST: dict[str, "Verdict"] = {}            # exercise id -> the last verdict `check` printed
 
 
 @dataclass(frozen=True)
@@ -61,4 +67,22 @@ def grade(exercise: str, answer) -> Verdict:
 
 def check(exercise: str, answer) -> None:
     """Judge `answer` and print the one-line verdict (PASS, or FAIL with what is wrong and a hint)."""
-    print(grade(exercise, answer))
+    verdict = grade(exercise, answer)
+    _LATEST[verdict.exercise] = verdict
+    print(verdict)
+
+
+def progress() -> dict[str, dict[str, int]]:
+    """Print and return, for each notebook with an exercise checked in this process, how many of its
+    exercises passed, failed, and are unanswered (never checked, or checked blank)."""
+    counts = {}
+    for notebook in sorted({id.split(".")[0] for id in _LATEST}):
+        ids = sorted(id for id in EXERCISES if id.startswith(notebook + "."))
+        verdicts = [_LATEST.get(id) for id in ids]
+        passed = sum(v is not None and v.passed for v in verdicts)
+        blank = sum(v is None or v.problem == NOT_ANSWERED for v in verdicts)
+        counts[notebook] = {"passed": passed, "failed": len(ids) - passed - blank, "unanswered": blank}
+        print(f"notebook {notebook}: {passed} passed, {len(ids) - passed - blank} failed, {blank} unanswered")
+    if not counts:
+        print("no exercise checked yet in this kernel: run an exercise cell (exercises.check) first")
+    return counts

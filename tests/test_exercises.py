@@ -124,3 +124,50 @@ def test_every_exercise_is_in_a_notebook():
     sources = [c.source for path in NOTEBOOKS for c in nbformat.read(path, as_version=4).cells]
     found = {f"{m.group(1)}.{m.group(2)}" for source in sources for m in CHECK_CALL.finditer(source)}
     assert found == set(IDS)
+
+
+def _answered_copy(path):
+    """The notebook's setup cell and its exercise cells, each answered with the reference solution: the
+    cell runs as shipped, with the answer's name rebound to the reference just before its check."""
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    cells = [code[0]]
+    for cell in code:
+        match = re.search(r'^exercises\.check\("(\d\d\.\d)", (\w+)\)', cell.source, re.M)
+        if match:
+            exercise, name = match.groups()
+            cell = nbformat.v4.new_code_cell(cell.source.replace(
+                match.group(0), f"from tests.exercise_solutions import CASES as _CASES\n{name} = _CASES[{exercise!r}][0]\n"
+                                f"{match.group(0)}"))
+            cells.append(cell)
+    nb.cells = cells
+    return nb
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_the_notebooks_own_exercise_cells_pass_with_the_reference_answers(path, monkeypatch):
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("PYTHONPATH", str(path.parent.parent))         # the kernel imports tests.exercise_solutions
+    nb = _answered_copy(path)
+    NotebookClient(nb, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    printed = ["".join(o.get("text", "") for o in c.outputs if o.output_type == "stream") for c in nb.cells[1:]]
+    expected = [f"PASS {m.group(1)}.{m.group(2)}" for c in nb.cells[1:] for m in CHECK_CALL.finditer(c.source)]
+    assert len(printed) == len(expected) >= 2
+    for shown, verdict in zip(printed, expected):
+        assert shown.startswith(verdict), shown
+
+
+def test_progress_counts_this_kernels_verdicts(capsys, monkeypatch):
+    monkeypatch.setattr(exercises, "_LATEST", {})
+    assert exercises.progress() == {}
+    assert "no exercise checked yet" in capsys.readouterr().out
+    exercises.check("05.1", CASES["05.1"][0])                      # passes
+    exercises.check("04.1", CASES["04.1"][1])                      # fails
+    exercises.check("04.2", _stub)                                 # blank
+    capsys.readouterr()
+    assert exercises.progress() == {"04": {"passed": 0, "failed": 1, "unanswered": 1},
+                                    "05": {"passed": 1, "failed": 0, "unanswered": 1}}
+    assert capsys.readouterr().out == ("notebook 04: 0 passed, 1 failed, 1 unanswered\n"
+                                       "notebook 05: 1 passed, 0 failed, 1 unanswered\n")
