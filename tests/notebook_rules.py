@@ -256,3 +256,104 @@ def agreement_problems(nb) -> list[str]:
             problems.append(f"{instrument} is used but no assert compares it with {sorted(OFFICIAL[instrument])}; "
                             "add one in this notebook (README: 'Instruments and the tools that check them')")
     return problems
+
+
+def nbhelpers_calls(nb) -> set[tuple[str, str]]:
+    """(module, name) pairs a notebook calls or constructs (`m.name(...)`), or hands to an nbhelpers call
+    that runs it (`distributed.launch(ddp_workers.worker, 2)`). An annotation or a bare reference is not a use."""
+    tree = _code_tree(nb)
+    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "nbhelpers"
+               for a in n.names}
+
+    def named(node):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
+            return node.value.id, node.attr
+        return None
+
+    used = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and (callee := named(node.func)):
+            used.add(callee)
+            used |= {ref for arg in [*node.args, *(k.value for k in node.keywords)] if (ref := named(arg))}
+    return used
+
+
+def returned_types(fn, seen=None) -> set[type]:
+    """The classes a function's return annotation names, and, recursively, the dataclass fields and the
+    public methods' returns of those classes."""
+    import dataclasses
+    import typing
+
+    seen = set() if seen is None else seen
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:                                   # an annotation that names an optional package
+        return set()
+    todo, found = [hints.get("return")], set()
+    while todo:
+        hint = todo.pop()
+        todo.extend(typing.get_args(hint))
+        origin = typing.get_origin(hint) or hint
+        if isinstance(origin, type) and origin.__module__.startswith("nbhelpers") and origin not in seen:
+            seen.add(origin)
+            found.add(origin)
+            if dataclasses.is_dataclass(origin):
+                todo.extend(typing.get_type_hints(origin).values())
+            for attr in vars(origin).values():
+                target = attr.fget if isinstance(attr, property) else attr
+                if callable(target) and not getattr(target, "__name__", "_").startswith("_"):
+                    found |= returned_types(target, seen)
+    return found
+
+
+def nbhelpers_exceptions_shown(nb) -> set[tuple[str, str]]:
+    """(module, name) of exception classes a notebook catches (`except m.Name`) or shows raised (a
+    `# Expected: Name` cell whose stored error is that exception)."""
+    tree = _code_tree(nb)
+    caught = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ExceptHandler) and node.type is not None:
+            for t in ast.walk(node.type):
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name):
+                    caught.add((t.value.id, t.attr))
+    shown = {m.group(1) for c in _code(nb) if (m := EXPECTED.match(c.source))
+             for o in c.outputs if o.get("output_type") == "error" and o.get("ename") == m.group(1)}
+    return caught | {(module, name) for module, name in nbhelpers_imports(nb) if name in shown}
+
+
+def modules_run(nb) -> set[str]:
+    """nbhelpers modules a notebook's code runs as programs (`-m nbhelpers.<module>` in a string)."""
+    tree = _code_tree(nb)
+    return {m.group(1) for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            for m in [re.fullmatch(r"nbhelpers\.(\w+)", n.value)] if m}
+
+
+def unused_public_names(notebooks) -> list[tuple[str, str]]:
+    """Public functions and classes of the nbhelpers modules the notebooks import that no notebook calls,
+    constructs, hands to a call, catches or shows raised, runs as a program (`main`), or gets back from
+    a call (a returned type need not be named). Annotations and bare mentions count for nothing."""
+    import importlib
+    import inspect
+
+    called = set().union(*(nbhelpers_calls(nb) for nb in notebooks))
+    shown = set().union(*(nbhelpers_exceptions_shown(nb) for nb in notebooks))
+    run = set().union(*(modules_run(nb) for nb in notebooks))
+    returned = set()
+    for module, name in called:
+        obj = getattr(importlib.import_module(f"nbhelpers.{module}"), name, None)
+        if inspect.isfunction(obj):
+            returned |= returned_types(obj)
+        elif inspect.isclass(obj):
+            returned |= {t for method in vars(obj).values() if inspect.isfunction(method)
+                         and not method.__name__.startswith("_") for t in returned_types(method)}
+    unused = []
+    for module in sorted({m for m, _ in called}):
+        namespace = importlib.import_module(f"nbhelpers.{module}")
+        for name in namespace.__all__:
+            obj = getattr(namespace, name)
+            if not (inspect.isfunction(obj) or inspect.isclass(obj)) or (module, name) in called | shown:
+                continue
+            if (inspect.isclass(obj) and obj in returned) or (name == "main" and module in run):
+                continue
+            unused.append((module, name))
+    return unused
