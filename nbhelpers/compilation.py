@@ -45,7 +45,7 @@ class Preflight:
     checks: tuple[devices.Capability, ...]
 
 
-def preflight(device: torch.device | str = "cpu") -> Preflight:
+def preflight(device: torch.device | str | None = None) -> Preflight:
     """Check what inductor needs: a Python Dynamo supports, then a C++ compiler with OpenMP (CPU) or
     Triton and a GPU (CUDA). Compiles a 2-line C++ probe, so it takes about a second."""
     kind = torch.device(device).type

@@ -1,5 +1,10 @@
 """Which device to use, and what this machine can run: the one place that decides CUDA vs CPU.
 
+One rule for every helper's `device` argument, applied by `resolve`: a device you pass is used; `None`
+means the device of the inputs (tensors or modules) the helper was given, and with none, torch's default
+device (the CPU, unless you chose another with `torch.set_default_device` or `with torch.device(...)`).
+Only `pick_device()` ever chooses CUDA by itself.
+
 Example:
     device = devices.pick_device()
     print(devices.banner(device))
@@ -7,6 +12,7 @@ Example:
 """
 from __future__ import annotations
 
+import itertools
 import platform
 import shutil
 import subprocess
@@ -17,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["Capability", "pick_device", "has_cuda", "banner", "synchronize", "capabilities",
+__all__ = ["Capability", "pick_device", "resolve", "has_cuda", "banner", "synchronize", "capabilities",
            "render_capabilities"]
 
 _OPENMP_PROBE = "#include <omp.h>\nint main() { return omp_get_max_threads() > 0 ? 0 : 1; }\n"
@@ -43,6 +49,21 @@ def pick_device() -> torch.device:
     return torch.device("cuda", 0) if has_cuda() else torch.device("cpu")
 
 
+def resolve(device: torch.device | str | None = None, *inputs) -> torch.device:
+    """The device a helper works on: `device` if given, else the first input's (a tensor's, or a module's
+    first parameter or buffer), else torch's default device. It never picks CUDA on its own."""
+    if device is not None:
+        return torch.device(device)
+    for item in inputs:
+        if isinstance(item, torch.Tensor):
+            return item.device
+        if isinstance(item, torch.nn.Module):
+            first = next(itertools.chain(item.parameters(), item.buffers()), None)
+            if first is not None:
+                return first.device
+    return torch.get_default_device()
+
+
 def banner(device: torch.device | str) -> str:
     """One stable line naming the torch version, the Python version and the device in use."""
     device = torch.device(device)
@@ -57,7 +78,7 @@ def synchronize(device: torch.device | str | None = None) -> None:
     Time GPU code only after this: CUDA kernels run asynchronously, so a timer stopped without it
     measures the launch, not the work.
     """
-    device = torch.device(device) if device is not None else pick_device()
+    device = resolve(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 

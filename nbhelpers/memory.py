@@ -21,7 +21,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from nbhelpers import module_scope
+from nbhelpers import devices, module_scope
 
 __all__ = ["OpEvent", "Allocation", "Tracker", "track", "Timeline", "timeline", "SavedBytes",
            "saved_bytes_by_module", "against_memtracker", "cuda_history", "plot_timeline"]
@@ -121,7 +121,7 @@ def track(device: torch.device | str | None = None) -> Iterator[Tracker]:
     With a CUDA `device`, every event also carries memory_allocated and memory_reserved.
     """
     tracker = Tracker()
-    cuda = device is not None and torch.device(device).type == "cuda"
+    cuda = devices.resolve(device).type == "cuda"
     modules = module_scope.record()
     with modules, _LiveBytes(tracker, modules, cuda):
         yield tracker

@@ -10,13 +10,15 @@ Example:
 """
 from __future__ import annotations
 
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from nbhelpers import devices
 
 __all__ = ["CoreConfig", "ConvConfig", "InputAdapter", "CoreBlock", "ConvCore", "OutputAdapter",
            "NeuralNetwork", "eval_inference", "mlp", "cnn"]
@@ -196,8 +198,8 @@ def eval_inference(model: nn.Module) -> Iterator[nn.Module]:
 
 
 def mlp(config: CoreConfig | None = None, device: torch.device | str | None = None) -> NeuralNetwork:
-    """The MLP sandwich, every parameter created directly on `device` (None: the current default
-    device, so `with torch.device("meta"): models.mlp()` builds a skeleton without memory)."""
+    """The MLP sandwich, every parameter created directly on `device` (None: torch's default device, as
+    devices.resolve says, so `with torch.device("meta"): models.mlp()` builds a skeleton without memory)."""
     with _on(device):
         core = CoreBlock(config)
         return NeuralNetwork(InputAdapter(flatten=True), core, OutputAdapter(core.config.output_dim))
@@ -211,7 +213,7 @@ def cnn(config: ConvConfig | None = None, device: torch.device | str | None = No
 
 
 def _on(device):
-    return torch.device(device) if device is not None else nullcontext()
+    return devices.resolve(device)          # a torch.device is also a context: new tensors are made there
 
 
 def _check_batch(x) -> None:

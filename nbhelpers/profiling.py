@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from nbhelpers import devices
+
 __all__ = ["OpTime", "trace_summary", "plot_top_ops", "Work", "work", "median_seconds", "machine_peaks",
            "regime"]                       # machine_peaks returns Peaks, regime a Regime
 
@@ -116,9 +118,9 @@ class Peaks:
     bytes_per_s: float
 
 
-def machine_peaks(device: torch.device | str = "cpu") -> Peaks:
+def machine_peaks(device: torch.device | str | None = None) -> Peaks:
     """Measure the ceilings on `device` with torch.utils.benchmark: a 1024 x 1024 float32 matmul and a 64 MiB copy."""
-    device = torch.device(device)
+    device = devices.resolve(device)
     a, b = torch.rand(1024, 1024, device=device), torch.rand(1024, 1024, device=device)
     source, target = torch.rand(16 * 1024 * 1024, device=device), torch.empty(16 * 1024 * 1024, device=device)
     mm = median_seconds(lambda: torch.mm(a, b))
@@ -151,7 +153,7 @@ class Regime:
         return max(0.0, 1.0 - max(self.compute_share, self.bandwidth_share))
 
 
-def regime(make, sizes: tuple[int, int], device: torch.device | str = "cpu", peaks: Peaks | None = None,
+def regime(make, sizes: tuple[int, int], device: torch.device | str | None = None, peaks: Peaks | None = None,
            counted=None) -> Regime:
     """Classify `make(sizes[0])()` by the roofline: the time its FLOPs need at the machine's matmul rate and
     the time its bytes need at the machine's copy rate. When neither explains half of the measured time, it is

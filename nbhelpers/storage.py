@@ -16,6 +16,7 @@ from typing import Iterator
 
 import torch
 
+from nbhelpers import devices
 from nbhelpers.stderr_capture import without_kineto_lines
 
 __all__ = ["TensorInfo", "StorageEvent", "LifetimeRecorder", "describe", "shares_storage",
@@ -96,7 +97,7 @@ def record_lifetimes(device: torch.device | str | None = None) -> Iterator[Lifet
     Kineto prints start/stop lines to stderr; exactly those are dropped, anything else passes.
     """
     activities = [torch.profiler.ProfilerActivity.CPU]
-    if device is not None and torch.device(device).type == "cuda":
+    if devices.resolve(device).type == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     prof = torch.profiler.profile(activities=activities, profile_memory=True)
     recorder = LifetimeRecorder()
@@ -134,14 +135,15 @@ def _to_event(node, start_ns: int) -> StorageEvent:
                         abs(e.alloc_size), e.total_allocated, str(e.device), step)
 
 
-def plot_lifetimes(events: list[StorageEvent], ax=None, device: str = "cpu"):
-    """Net bytes allocated on `device` since recording began, after each event; steps shaded."""
+def plot_lifetimes(events: list[StorageEvent], ax=None, only: str = "cpu"):
+    """Net bytes allocated since recording began, after each event, counting only the events on devices
+    whose name starts with `only` ("cpu", "cuda", "cuda:1"); steps shaded."""
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots(figsize=(8, 3))[1]
-    mine = [e for e in events if e.device.startswith(device)]
+    mine = [e for e in events if e.device.startswith(only)]
     if not mine:
-        raise ValueError(f"no {device} allocations among {len(events)} events; record on that device")
+        raise ValueError(f"no {only} allocations among {len(events)} events; record on that device")
     held = list(accumulate((e.nbytes if e.kind == "alloc" else -e.nbytes for e in mine), initial=0))
     ax.step(range(len(held)), held, where="post", color="tab:blue")
     big = max(e.nbytes for e in mine) / 20                     # label only events that show on the plot
@@ -155,7 +157,7 @@ def plot_lifetimes(events: list[StorageEvent], ax=None, device: str = "cpu"):
                 ha="center", va="bottom", fontsize=8)
     ax.set_xlabel("allocator event")
     ax.set_ylabel("net bytes allocated")
-    ax.set_title(f"{device}: every allocation and free", pad=16)
+    ax.set_title(f"{only}: every allocation and free", pad=16)
     return ax
 
 

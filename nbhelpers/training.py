@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from nbhelpers import devices
 from nbhelpers.models import eval_inference
 
 __all__ = ["Epoch", "History", "Evaluation", "fit", "evaluate", "plot_history"]
@@ -177,7 +178,4 @@ def _check_not_empty(loader, name: str) -> None:
 
 
 def _model_device(model: nn.Module, device) -> torch.device:
-    if device is not None:
-        return torch.device(device)
-    first = next(model.parameters(), None)
-    return first.device if first is not None else torch.device("cpu")
+    return devices.resolve(device, model)

@@ -19,8 +19,26 @@ def test_banner_names_version_python_and_device():
     assert line.startswith(f"torch {torch.__version__} | Python 3.") and line.endswith("device cpu (CPU)")
 
 
-def test_synchronize_on_cpu_returns_at_once():
-    assert devices.synchronize("cpu") is None
+def test_resolve_uses_the_given_device_then_the_inputs_then_the_default_and_never_picks_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)            # even where a GPU could be used
+    assert devices.resolve("meta") == torch.device("meta")
+    assert devices.resolve(None, torch.empty(1, device="meta")) == torch.device("meta")     # the input's
+    assert devices.resolve(None, torch.nn.Linear(2, 2, device="meta")) == torch.device("meta")   # a module's
+    assert devices.resolve(None, torch.nn.ReLU(), 3) == torch.device("cpu")  # no tensors in them: the default
+    assert devices.resolve() == torch.device("cpu")
+    with torch.device("meta"):                                               # the caller's own default
+        assert devices.resolve() == torch.device("meta")
+
+
+def test_synchronize_without_a_device_does_not_pick_cuda(monkeypatch):
+    waited = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
+    devices.synchronize()
+    devices.synchronize("cpu")
+    assert waited == []                                                      # no CUDA wait was asked for
+    devices.synchronize("cuda:0")
+    assert waited == [torch.device("cuda", 0)]
 
 
 def test_capabilities_are_frozen_rows_with_reasons():

@@ -79,7 +79,7 @@ def test_plots_return_axes_and_reject_what_they_cannot_draw():
         del y
     assert storage.plot_lifetimes(rec.events).get_ylabel() == "net bytes allocated"
     with pytest.raises(ValueError, match="no cuda allocations"):
-        storage.plot_lifetimes(rec.events, device="cuda")
+        storage.plot_lifetimes(rec.events, only="cuda")
 
 
 @pytest.mark.gpu
