@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 import itertools
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from nbhelpers import autograd_graph
-from nbhelpers._judging import call, exercise, first_disagreement
+from nbhelpers._judging import call, exercise, first_disagreement, inputs, ops_run
+
+
+def _draw(g, low: int, high: int) -> int:
+    return int(torch.randint(low, high + 1, (1,), generator=g))
 
 
 # 00 · environment
@@ -17,10 +22,37 @@ from nbhelpers._judging import call, exercise, first_disagreement
           hint="recurse into dicts, lists and tuples (keeping their types), call .to(device) on each "
                "tensor, and return anything else unchanged")
 def _nested_to_device(answer):
-    batch = {"image": torch.ones(2, 3), "meta": {"ids": torch.arange(2), "name": "digits"},
+    fixed = {"image": torch.ones(2, 3), "meta": {"ids": torch.arange(2), "name": "digits"},
              "pair": (torch.zeros(1), 7), "items": [torch.ones(1), None]}
-    # the meta device exists on every machine, so a move is visible even without a GPU
-    return _moved_problem(batch, call(answer, batch, torch.device("meta")), "batch")
+    for batch in (fixed, *inputs(lambda g, k: _nested(g, 1 + k % 3))):
+        # the meta device exists on every machine, so a move is visible even without a GPU
+        if problem := _moved_problem(batch, call(answer, batch, torch.device("meta")), "batch"):
+            return problem
+        if any(t.device.type != "cpu" for t in _tensors(batch)):
+            return "your function changed the batch it was given: build new containers, leave the old ones alone"
+    return None
+
+
+_DTYPES = (torch.float32, torch.float64, torch.int64, torch.bool, torch.float16)
+
+
+def _nested(g, depth: int):
+    """A random batch: tensors (any dtype, size-0 and size-1 dims, views) and plain values, nested."""
+    kind = _draw(g, 0, 5) if depth else _draw(g, 0, 2)
+    if kind <= 1:
+        t = torch.randn(tuple(_draw(g, 0, 3) for _ in range(_draw(g, 0, 3))), generator=g).to(_DTYPES[_draw(g, 0, 4)])
+        return t.t() if t.dim() == 2 and kind == 1 else t
+    if kind == 2:
+        return (None, 7, "digits", 2.5)[_draw(g, 0, 3)]
+    children = [_nested(g, depth - 1) for _ in range(_draw(g, 0, 3))]
+    return {3: lambda c: {f"k{i}": v for i, v in enumerate(c)}, 4: list, 5: tuple}[kind](children)
+
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (list, tuple)) else ()
+    return [t for v in values for t in _tensors(v)]
 
 
 def _moved_problem(original, moved, where: str) -> str | None:
@@ -29,6 +61,8 @@ def _moved_problem(original, moved, where: str) -> str | None:
     if isinstance(original, torch.Tensor):
         if moved.device.type != "meta":
             return f"{where} is on {moved.device}, expected the meta device"
+        if moved.dtype != original.dtype:
+            return f"{where} became {moved.dtype}, expected {original.dtype}: move it, do not convert it"
         return None if moved.shape == original.shape else f"{where} changed shape"
     if isinstance(original, dict):
         if list(moved) != list(original):
@@ -58,6 +92,12 @@ def _own_generator(answer):
         return "two generators made with seed 123 drew different numbers"
     if torch.equal(draws[0], draws[2]):
         return "seeds 123 and 124 drew the same numbers"
+    seeds = [0, 1, 2**63 - 1, 2**64 - 1, *inputs(lambda g, k: int(torch.randint(0, 2**62, (1,), generator=g)), 21)]
+    for seed in seeds:
+        g = call(answer, seed)
+        if g.initial_seed() != seed or not torch.equal(torch.rand(4, generator=g),
+                                                       torch.rand(4, generator=torch.Generator().manual_seed(seed))):
+            return f"the generator for seed {seed} is seeded with {g.initial_seed()}: seed it with the seed given"
     return None
 
 
@@ -72,12 +112,29 @@ def _storage_cases():
             ("x", x, "torch.arange(12.).reshape(3, 4)", torch.arange(12.).reshape(3, 4))]
 
 
+def _random_view(g, x):
+    """A random view of x (its name, the view), or a copy when the draw says so."""
+    choice = _draw(g, 0, 6)
+    return [("x[1:]", lambda: x[1:]), ("x.t()", lambda: x.t()), ("x[:, ::2]", lambda: x[:, ::2]),
+            ("x.clone()", lambda: x.clone()), ("x[-1]", lambda: x[-1]), ("x.t().contiguous()", lambda: x.t().contiguous()),
+            ("x.to(torch.float64)", lambda: x.to(torch.float64))][choice]
+
+
+def _random_pair(g, k):
+    x = torch.randn(_draw(g, 2, 6), _draw(g, 2, 6), generator=g)
+    name_a, make_a = _random_view(g, x) if k % 2 else ("x", lambda: x)
+    name_b, make_b = _random_view(g, x)
+    return (name_a, make_a(), name_b, make_b())
+
+
 @exercise("01.1", "do two tensors share a storage?",
           hint="compare the storages' addresses, a.untyped_storage().data_ptr(); a.data_ptr() is where "
                "the first element is, which differs for x[1:] although the memory is the same")
 def _shares_storage(answer):
+    pairs = [*_storage_cases(), *[(nb, b, na, a) for na, a, nb, b in _storage_cases()],     # both orders
+             *inputs(_random_pair)]
     cases = [(f"{name_a}, {name_b}", (a, b), a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
-             for name_a, a, name_b, b in _storage_cases()]
+             for name_a, a, name_b, b in pairs]
     return first_disagreement(answer, cases, "shares_storage({label}) returned {said!r}, but the answer is {truth}")
 
 
@@ -90,11 +147,44 @@ def _element_offset(answer):
              ("base.permute(2, 0, 1)", base.permute(2, 0, 1), (4, 2, 1)),
              ("base[:, 2].t()", base[:, 2].t(), (3, 1)),
              ("torch.arange(3.).expand(4, 3)", torch.arange(3.).expand(4, 3), (3, 2))]
+    cases += inputs(_random_indexed)
     cases = [(f"{name}, {index}", (t, index), t[index].storage_offset()) for name, t, index in cases]
-    return first_disagreement(answer, cases, "element_offset({label}) returned {said!r}, expected {truth}")
+    if problem := first_disagreement(answer, cases, "element_offset({label}) returned {said!r}, expected {truth}"):
+        return problem
+    base = torch.arange(60.).reshape(3, 4, 5)[1:, ::2]
+    ran = ops_run(answer, base, (1, 1, 4))
+    if ran:
+        return (f"your answer runs tensor ops ({ran[0]} ...): compute the offset from t.storage_offset() and "
+                "t.stride(), without indexing the tensor")
+    return None
+
+
+def _random_indexed(g, k):
+    dims = _draw(g, 1, 4)
+    base = torch.arange(float(6 ** dims)).reshape(*[6] * dims).to((torch.float32, torch.int8, torch.float64)[k % 3])
+    view, name = base, "base"
+    if dims > 1 and k % 2:
+        order = torch.randperm(dims, generator=g).tolist()
+        view, name = view.permute(*order), f"base.permute{tuple(order)}"
+    start, step = _draw(g, 0, 2), _draw(g, 1, 3)
+    view, name = view[start::step], f"{name}[{start}::{step}]"
+    index = tuple(_draw(g, 0, size - 1) for size in view.shape)
+    return (name, view, index)
 
 
 # 02 · autograd graph
+
+def _random_graph(g, k):
+    """A random chain of ops over 1-3 leaves (some without grad), reusing results (diamonds)."""
+    leaves = [torch.randn(3, generator=g, requires_grad=bool(j == 0 or _draw(g, 0, 1))) for j in range(_draw(g, 1, 3))]
+    values, ops = list(leaves), []
+    for step in range(_draw(g, 1, 6)):       # the first op uses the leaf that needs a gradient
+        a, b = values[-1 if step else 0], values[_draw(g, 0, len(values) - 1)]
+        op = _draw(g, 0, 3)
+        ops.append(("sin", "mul", "add", "exp")[op])
+        values.append((a.sin(), a * b, a + b, (a * 0.1).exp())[op])
+    return (f"a random graph of {' '.join(ops)} over {len(leaves)} leaves", sum(v.sum() for v in values[len(leaves):]))
+
 
 @exercise("02.1", "count the nodes backward will run",
           hint="walk grad_fn.next_functions depth first, skip None, and keep a set of the nodes you "
@@ -105,8 +195,8 @@ def _count_nodes(answer):
     diamond = (a.sin() + a.cos()).sum()
     model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
     mlp = F.cross_entropy(model(torch.randn(5, 3)), torch.tensor([0, 1, 0, 1, 1]))
-    cases = [(name, (loss,), len(autograd_graph.trace(loss).nodes))
-             for name, loss in (("the diamond (a.sin() + a.cos()).sum()", diamond), ("a small MLP's loss", mlp))]
+    named = [("the diamond (a.sin() + a.cos()).sum()", diamond), ("a small MLP's loss", mlp), *inputs(_random_graph)]
+    cases = [(name, (loss,), len(autograd_graph.trace(loss).nodes)) for name, loss in named]
     return first_disagreement(answer, cases, "count_nodes gave {said!r} for {label}; its graph has {truth} "
                                               "distinct nodes")
 
@@ -115,15 +205,22 @@ def _count_nodes(answer):
           hint="torch.autograd.grad(outputs, inputs) returns the gradients as a tuple and leaves "
                ".grad alone; .backward() adds into .grad")
 def _grad_without_accumulating(answer):
-    w = torch.randn(5, requires_grad=True)
-    w.grad = torch.full_like(w, 7.0)
-    got = call(answer, lambda v: (v ** 3).sum(), w)
-    if not torch.equal(w.grad, torch.full_like(w, 7.0)):
-        return "w.grad changed: your function accumulated into .grad"
-    if not isinstance(got, torch.Tensor) or got.shape != w.shape:
-        return f"your function returned {type(got).__name__}, expected one tensor shaped like w"
-    if not torch.allclose(got, 3 * w.detach() ** 2):
-        return "the gradient of (w ** 3).sum() is 3 * w ** 2, and yours differs"
+    losses = [("(v ** 3).sum()", lambda v: (v ** 3).sum()), ("(v.sin() * v).sum()", lambda v: (v.sin() * v).sum()),
+              ("(2.5 * v ** 2).sum()", lambda v: (2.5 * v ** 2).sum())]
+    for k, w in enumerate(inputs(lambda g, k: torch.randn(tuple(_draw(g, 1, 4) for _ in range(k % 3)), generator=g,
+                                                          dtype=(torch.float32, torch.float64)[k % 2]))):
+        name, loss_fn = losses[k % len(losses)]
+        w.requires_grad_()
+        w.grad = torch.full_like(w, 7.0) if k % 4 else None
+        before, version = w.grad, (w.grad._version if w.grad is not None else None)
+        got = call(answer, loss_fn, w)
+        if w.grad is not before or (before is not None and (before._version != version or not torch.equal(before, torch.full_like(w, 7.0)))):
+            return "w.grad changed: your function accumulated into .grad (or replaced it)"
+        if not isinstance(got, torch.Tensor) or got.shape != w.shape:
+            return f"your function returned {type(got).__name__}, expected one tensor shaped like w"
+        (expected,) = torch.autograd.grad(loss_fn(w), w)
+        if not torch.allclose(got, expected):
+            return f"the gradient of {name} for w of shape {tuple(w.shape)} differs from yours"
     return None
 
 
@@ -141,11 +238,23 @@ class _TiedModel(nn.Module):
         self.norm.requires_grad_(False)
 
 
+def _random_model(g, k):
+    """Layers with random sizes and biases, some frozen, one sometimes registered twice or tied."""
+    layers = [nn.Linear(_draw(g, 1, 9), _draw(g, 1, 9), bias=bool(_draw(g, 0, 1))) for _ in range(_draw(g, 1, 4))]
+    layers += [nn.LayerNorm(3, elementwise_affine=bool(k % 2)), nn.BatchNorm1d(2)]
+    for layer in layers:
+        if _draw(g, 0, 3) == 0:
+            layer.requires_grad_(False)
+    if k % 3 == 0:
+        layers.append(layers[0])                                    # one module, registered twice
+    return (f"random model {k}", nn.Sequential(*layers))
+
+
 @exercise("03.1", "count the parameters an optimizer will train",
           hint="model.parameters() yields a shared parameter once; keep only those with requires_grad")
 def _count_trainable(answer):
     models = (("nn.Linear(784, 128)", nn.Linear(784, 128)),
-              ("a model with a tied weight and a frozen LayerNorm", _TiedModel()))
+              ("a model with a tied weight and a frozen LayerNorm", _TiedModel()), *inputs(_random_model))
     cases = [(name, (m,), sum(p.numel() for p in m.parameters() if p.requires_grad)) for name, m in models]
     message = "count_trainable gave {said!r} for {label}; an optimizer would train {truth} numbers"
     return first_disagreement(answer, cases, message)
@@ -169,6 +278,18 @@ def _normalize_buffers(answer):
     module.to(torch.float64)
     if call(module, x.double()).dtype != torch.float64 or any(b.dtype != torch.float64 for b in module.buffers()):
         return "after .to(torch.float64) mean and std are still float32: .to() did not move them"
+    for k, (m, sd) in enumerate(inputs(lambda g, k: (torch.rand(1, generator=g), 0.1 + torch.rand(1, generator=g)))):
+        source, target = call(answer, m, sd), call(answer, torch.tensor([0.0]), torch.tensor([1.0]))
+        call(target.load_state_dict, source.state_dict())
+        x = torch.rand(1 + k % 4, 1, 5, 5, generator=torch.Generator().manual_seed(k))
+        if not torch.allclose(call(target, x), (x - m) / sd):
+            return ("loading a Normalize's state_dict into another did not change its output: the forward must "
+                    "use the saved buffers, self.mean and self.std")
+    meta = call(answer, torch.tensor([0.5]), torch.tensor([0.25])).to("meta")
+    try:
+        meta(torch.rand(2, 1, 3, 3, device="meta"))
+    except Exception:  # noqa: BLE001 - a tensor that did not move is the finding
+        return "after .to('meta') the forward still uses a tensor on the CPU: use the buffers themselves"
     return None
 
 
@@ -176,55 +297,83 @@ def _normalize_buffers(answer):
           hint="nn.init.kaiming_normal_(layer.weight, nonlinearity='relu') gives std sqrt(2 / fan_in); "
                "then nn.init.zeros_(layer.bias); change the tensors in place")
 def _init_kaiming(answer):
-    layer = nn.Linear(2048, 512)
-    weight = layer.weight
-    call(answer, layer)
-    if layer.weight is not weight:
-        return "layer.weight is a new object: initialise the existing parameter in place"
-    want, got = (2 / 2048) ** 0.5, layer.weight.detach().std().item()
-    if abs(got - want) > 0.02 * want:
-        return f"the weight's std is {got:.4f}, Kaiming for fan_in 2048 and ReLU gives {want:.4f}"
-    if torch.count_nonzero(layer.bias).item():
-        return "the bias is not zero"
+    sizes = [(2048, 512), *inputs(lambda g, k: ((256, 512, 1024)[k % 3], _draw(g, 64, 128)), 24)]
+    for fan_in, fan_out in sizes:
+        layer = nn.Linear(fan_in, fan_out)
+        held = [(p, p.untyped_storage().data_ptr()) for p in (layer.weight, layer.bias)]
+        call(answer, layer)
+        if layer.weight is not held[0][0] or layer.bias is not held[1][0]:
+            return "layer.weight or layer.bias is a new object: initialise the existing parameters in place"
+        if any(p.untyped_storage().data_ptr() != ptr for p, ptr in held):
+            return "a parameter's storage was replaced (.data = ...): initialise it in place, with nn.init"
+        want, got = (2 / fan_in) ** 0.5, layer.weight.detach().std().item()
+        if abs(got - want) > 0.02 * want:
+            return f"the weight's std is {got:.4f}, Kaiming for fan_in {fan_in} and ReLU gives {want:.4f}"
+        if torch.count_nonzero(layer.bias).item():
+            return "the bias is not zero"
     return None
 
 
 # 04 · data pipeline
 
 class _Sequences(torch.utils.data.Dataset):
-    """Variable-length sequences with a label: (tensor of length 1 + i % 5, i % 3)."""
+    """Variable-length sequences with a label: (values, label), lengths 0 to 8, some values exactly 0."""
+
+    def __init__(self, seed: int, dtype=torch.float32):
+        g = torch.Generator().manual_seed(seed)
+        self.items = []
+        for i in range(_draw(g, 1, 9)):
+            values = torch.randn(_draw(g, 0, 8), generator=g, dtype=dtype)
+            values[::3] = 0.0                                              # a padding value inside the data
+            self.items.append((values, _draw(g, 0, 9)))
 
     def __len__(self):
-        return 7
+        return len(self.items)
 
     def __getitem__(self, i):
-        return torch.arange(1.0, 2.0 + i % 5), i % 3
+        return self.items[i]
 
 
 @exercise("04.1", "a collate_fn for sequences of different lengths",
           hint="the default collate stacks, which needs equal sizes; pad with "
                "torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True) and return (padded, lengths, labels)")
 def _pad_collate(answer):
-    loader = torch.utils.data.DataLoader(_Sequences(), batch_size=3, collate_fn=answer)
-    for i, batch in enumerate(call(list, loader)):
-        items = [_Sequences()[j] for j in range(3 * i, min(3 * i + 3, 7))]
-        seqs = [s for s, _ in items]
-        want = (nn.utils.rnn.pad_sequence(seqs, batch_first=True), torch.tensor([len(s) for s in seqs]),
-                torch.tensor([label for _, label in items]))
-        if not (isinstance(batch, (tuple, list)) and len(batch) == 3):
-            return f"batch {i} is a {type(batch).__name__}, expected (padded, lengths, labels)"
-        for name, got, truth in zip(("padded", "lengths", "labels"), batch, want):
-            same = isinstance(got, torch.Tensor) and got.shape == truth.shape and torch.equal(got, truth.to(got.dtype))
-            if not same:
-                return f"batch {i}: {name} should be {truth.tolist()}"
+    for k, data in enumerate(inputs(lambda g, k: _Sequences(k, (torch.float32, torch.float64)[k % 2]))):
+        size = 1 + (k + 2) % 4                                              # 3 first
+        loader = torch.utils.data.DataLoader(data, batch_size=size, collate_fn=answer)
+        for i, batch in enumerate(call(list, loader)):
+            items = data.items[size * i:size * i + size]
+            seqs = [s for s, _ in items]
+            want = (nn.utils.rnn.pad_sequence(seqs, batch_first=True), torch.tensor([len(s) for s in seqs]),
+                    torch.tensor([label for _, label in items]))
+            if not (isinstance(batch, (tuple, list)) and len(batch) == 3):
+                return f"batch {i} is a {type(batch).__name__}, expected (padded, lengths, labels)"
+            for name, got, truth in zip(("padded", "lengths", "labels"), batch, want):
+                if not (isinstance(got, torch.Tensor) and got.shape == truth.shape and got.dtype == truth.dtype
+                        and torch.equal(got, truth)):
+                    return (f"batch {i} of dataset {k}: {name} should be {truth.dtype} {tuple(truth.shape)} "
+                            f"{[round(v, 3) for v in truth.flatten().tolist()][:8]}")
     return None
 
 
 @exercise("04.2", "how many batches an epoch has",
           hint="ceil(n / batch_size), or floor with drop_last=True")
 def _batches_per_epoch(answer):
-    grid = itertools.product((0, 2, 9, 10), (3, 5), (False, True))
+    grid = [*itertools.product((0, 2, 9, 10), (3, 5), (False, True)),
+            *itertools.product((1, 6, 7, 8, 14), (7,), (False, True)),
+            *inputs(lambda g, k: (_draw(g, 0, 10**6), _draw(g, 1, 1000), bool(k % 2)), 8), (10**12, 7, False)]
     cases = [(f"{n}, {size}, drop_last={drop}", (n, size, drop),
               len(torch.utils.data.DataLoader(range(n), batch_size=size, drop_last=drop))) for n, size, drop in grid]
-    return first_disagreement(answer, cases, "batches_per_epoch({label}) returned {said!r}, "
-                                              "len(DataLoader) is {truth}")
+    built = []
+    real_init = torch.utils.data.DataLoader.__init__
+
+    def spy(self, *args, **kwargs):
+        built.append(1)
+        real_init(self, *args, **kwargs)
+    with mock.patch.object(torch.utils.data.DataLoader, "__init__", spy):
+        problem = first_disagreement(answer, cases, "batches_per_epoch({label}) returned {said!r}, "
+                                                     "len(DataLoader) is {truth}")
+    if problem:
+        return problem
+    return (f"your answer built {len(built)} DataLoaders: compute the count from n and batch_size alone"
+            if built else None)

@@ -1,14 +1,21 @@
 """Judges for the exercises of notebooks 05-08: torch.compile, mixed precision, DDP, memory."""
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from nbhelpers import compilation, memory, precision
-from nbhelpers._judging import call, exercise, first_disagreement, wrong_keys
+from nbhelpers._judging import AnswerRaised, call, exercise, first_disagreement, inputs, wrong_keys
+
+
+def _draw(g, low: int, high: int) -> int:
+    return int(torch.randint(low, high + 1, (1,), generator=g))
 
 
 # 05 · torch.compile
@@ -23,9 +30,15 @@ def _double_if_positive(x):
           hint="keep the decision inside the graph: torch.where(condition, a, b) chooses between two "
                "tensors without turning a tensor into a Python bool")
 def _no_graph_break(answer):
-    for x in (torch.arange(1.0, 5.0), torch.arange(-4.0, 0.0)):
-        if not torch.allclose(call(answer, x), _double_if_positive(x)):
-            return f"for x = {x.tolist()} your function returns something other than the original"
+    edges = (torch.arange(1.0, 5.0), torch.arange(-4.0, 0.0), torch.zeros(3), torch.tensor([-1.0, 1.0]),
+             torch.tensor([-2.0, 3.0]), torch.tensor([2.0, -3.0]))
+    shapes = ((1,), (4,), (7,), (3, 4), (2, 2, 2))
+    drawn = inputs(lambda g, k: torch.randn(shapes[k % 5], generator=g, dtype=(torch.float32, torch.float64)[k % 2])
+                   + (0.5 if k % 3 else -0.5), 19)
+    for x in (*edges, *drawn):
+        if not torch.equal(call(answer, x), _double_if_positive(x)):
+            return f"for x = {[round(v, 3) for v in x.flatten().tolist()][:6]} your function returns something other than the original"
+    for x in edges[:2]:
         found = call(compilation.find_breaks, answer, x)
         if found.breaks:
             where = found.breaks[0]
@@ -45,12 +58,13 @@ def _one_graph(answer):
         return "answer with a dict of torch.compile keyword arguments, without 'backend'"
     with compilation.watch_compiles() as log:
         compiled = call(torch.compile, _sin_of_double, backend="eager", **answer)
-        for n in (8, 16, 32):
+        drawn = inputs(lambda g, k: _draw(g, 2, 4096), 22)        # sizes 0 and 1 are always specialised
+        for n in (8, 16, 32, *drawn):
             x = torch.randn(n)
-            if not torch.allclose(call(compiled, x), _sin_of_double(x)):
+            if not torch.allclose(call(compiled, x), _sin_of_double(x), atol=1e-4):
                 return f"the compiled function is wrong at size {n}"
     if log.graphs != 1:
-        return (f"torch.compile(fn, **answer) compiled {log.graphs} graphs for sizes 8, 16, 32, expected 1; "
+        return (f"torch.compile(fn, **answer) compiled {log.graphs} graphs for sizes 8, 16, 32 and 22 more, expected 1; "
                 f"the first recompile: {log.recompiles[0] if log.recompiles else 'none recorded'}")
     return None
 
@@ -78,25 +92,49 @@ def _autocast_dtypes(answer):
           hint="backward on loss * scale, divide every .grad by scale, and if any gradient is inf or nan "
                "skip optimizer.step() (and zero the grads) and return False; else step and return True")
 def _scaled_step(answer):
-    model = nn.Linear(4, 2)
-    x, y = torch.randn(8, 4), torch.randn(8, 2)
-    reference = copy.deepcopy(model)
-    F.mse_loss(reference(x), y).backward()
-    torch.optim.SGD(reference.parameters(), lr=0.1).step()
-    stepped = call(answer, model, F.mse_loss, x, y, torch.optim.SGD(model.parameters(), lr=0.1), 1024.0)
-    if stepped is not True:
-        return f"with scale 1024 your function returned {stepped!r}, expected True (a step was taken)"
-    if not all(torch.allclose(p, q, atol=1e-6) for p, q in zip(model.parameters(), reference.parameters())):
-        return "with scale 1024 the step differs from an unscaled step: were the gradients unscaled?"
-    before = [p.detach().clone() for p in model.parameters()]
-    for p in model.parameters():
-        p.grad = None
-    # 2**130 overflows float32 (max about 2**128), so the scaled loss and its gradients are inf
-    stepped = call(answer, model, F.mse_loss, x, y, torch.optim.SGD(model.parameters(), lr=0.1), 2.0 ** 130)
-    if stepped is not False:
-        return f"with an overflowing scale your function returned {stepped!r}, expected False (step skipped)"
-    if not all(torch.equal(p, b) for p, b in zip(model.parameters(), before)):
-        return "with an overflowing scale the parameters changed: the step must be skipped"
+    made, real_init = [], torch.amp.GradScaler.__init__
+
+    def spy(self, *args, **kwargs):
+        made.append(1)
+        real_init(self, *args, **kwargs)
+    try:
+        with mock.patch.object(torch.amp.GradScaler, "__init__", spy):
+            problem = _scaled_step_problem(answer)
+    except AnswerRaised:
+        if not made:
+            raise
+    if made:
+        return "your answer made a GradScaler: the task is to scale, unscale and check by hand"
+    return problem
+
+
+def _scaled_step_problem(answer):
+    for k in range(25):
+        g = torch.Generator().manual_seed(k)
+        model = nn.Linear(_draw(g, 2, 8), _draw(g, 2, 8))
+        x, y = torch.randn(_draw(g, 2, 8), model.in_features, generator=g), None
+        y = torch.randn(len(x), model.out_features, generator=g)
+        make = [lambda ps: torch.optim.SGD(ps, lr=0.1), lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+                lambda ps: torch.optim.SGD(ps, lr=0.1, weight_decay=0.01)][k % 3]
+        if k % 5 == 4:                                  # 2**128 and up overflow float32: the step is skipped
+            before = [p.detach().clone() for p in model.parameters()]
+            stepped = call(answer, model, F.mse_loss, x, y, make(model.parameters()), 2.0 ** (128 + k % 7))
+            if stepped is not False:
+                return f"with an overflowing scale your function returned {stepped!r}, expected False (step skipped)"
+            if not all(torch.equal(p, b) for p, b in zip(model.parameters(), before)):
+                return "with an overflowing scale the parameters changed: the step must be skipped"
+            if any(p.grad is not None and p.grad.any() for p in model.parameters()):
+                return "with an overflowing scale the gradients were left in .grad: clear them"
+            continue
+        reference = copy.deepcopy(model)
+        F.mse_loss(reference(x), y).backward()
+        make(reference.parameters()).step()
+        scale = 2.0 ** (k % 20)
+        stepped = call(answer, model, F.mse_loss, x, y, make(model.parameters()), scale)
+        if stepped is not True:
+            return f"with scale {scale:g} your function returned {stepped!r}, expected True (a step was taken)"
+        if not all(torch.allclose(p, q, atol=1e-5) for p, q in zip(model.parameters(), reference.parameters())):
+            return f"with scale {scale:g} the step differs from an unscaled step: were the gradients unscaled?"
     return None
 
 
@@ -109,7 +147,9 @@ def _shard(answer):
     sampler = torch.utils.data.DistributedSampler
     cases = [(f"{n}, rank={rank}, world_size={world}", (n, rank, world),
               list(sampler(range(n), num_replicas=world, rank=rank, shuffle=False)))
-             for n, world in ((10, 3), (8, 4), (3, 4)) for rank in range(world)]
+             for n, world in ((10, 3), (8, 4), (3, 4), (1, 4), (2, 8), (0, 2),
+                              *inputs(lambda g, k: (lambda w: (_draw(g, 0, 3 * w), w))(_draw(g, 1, 8)), 6))
+             for rank in range(world)]
     return first_disagreement(lambda *args: list(call(answer, *args)), cases,
                                "shard({label}) gave {said}, expected {truth}")
 
@@ -118,16 +158,28 @@ def _shard(answer):
           hint="the loss is a mean over the batch: divide each micro-batch's loss by the number of "
                "micro-batches before backward, so the summed gradients equal the full batch's")
 def _accumulate(answer):
-    model = nn.Linear(6, 3)
-    x, y = torch.randn(12, 6), torch.randint(0, 3, (12,))
-    F.cross_entropy(model(x), y).backward()
-    truth = [p.grad.clone() for p in model.parameters()]
-    for micro_batches in (3, 4):
+    for k in range(25):
+        g = torch.Generator().manual_seed(k)
+        micro_batches = (1, 2, 3, 4, 6, 8)[k % 6]
+        model = nn.Linear(_draw(g, 2, 16), _draw(g, 2, 10))
+        x = torch.randn(micro_batches * _draw(g, 1, 5), model.in_features, generator=g)
+        if k % 2:
+            loss_fn, y = F.mse_loss, torch.randn(len(x), model.out_features, generator=g)
+        else:
+            loss_fn, y = F.cross_entropy, torch.randint(0, model.out_features, (len(x),), generator=g)
+        loss_fn(model(x), y).backward()
+        truth = [p.grad.clone() for p in model.parameters()]
         model.zero_grad()
-        call(answer, model, F.cross_entropy, x, y, micro_batches)
-        if not all(p.grad is not None and torch.allclose(p.grad, t, atol=1e-6)
+        backwards = []
+        model.weight.register_hook(lambda grad: backwards.append(1))
+        call(answer, model, loss_fn, x, y, micro_batches)
+        if not all(p.grad is not None and torch.allclose(p.grad, t, atol=1e-5)
                    for p, t in zip(model.parameters(), truth)):
-            return f"with {micro_batches} micro-batches the gradients differ from one batch of 12"
+            return (f"with {micro_batches} micro-batches the gradients differ from one batch of {len(x)} "
+                    f"({loss_fn.__name__})")
+        if len(backwards) != micro_batches:
+            return (f"with {micro_batches} micro-batches backward reached the weight {len(backwards)} times: "
+                    "call backward once per micro-batch")
     return None
 
 
@@ -137,42 +189,69 @@ def _accumulate(answer):
           hint="append loss.item() (a Python float) or loss.detach(); the loss tensor itself keeps the "
                "whole graph and its saved activations alive")
 def _record_loss(answer):
-    model = nn.Sequential(nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
-    loss = model(torch.randn(64, 32)).pow(2).mean()
-    history = []
-    call(answer, history, loss)
-    if len(history) != 1:
-        return f"history has {len(history)} entries after one call, expected 1"
-    entry = history[0]
-    if isinstance(entry, torch.Tensor) and (entry.requires_grad or entry.grad_fn is not None):
-        return "the entry still has a grad_fn: it keeps the graph and every saved activation alive"
-    if float(entry) != loss.item():
-        return f"the entry is {float(entry)}, the loss is {loss.item()}"
+    history = [0.5, 0.25]                             # a history that already has entries
+    for k in range(25):
+        g = torch.Generator().manual_seed(k)
+        width = _draw(g, 4, 32)
+        model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
+        watch = memory.track() if k < 3 else contextlib.nullcontext()   # gc.collect is slow: three suffice
+        with watch as kept:
+            loss = model(torch.randn(_draw(g, 1, 64), width, generator=g)).pow(2).mean()
+            value = loss.item()
+            call(answer, history, loss)
+            del loss
+            if kept is not None:
+                gc.collect()
+        if len(history) != 3 + k:
+            return f"history has {len(history)} entries after {k + 1} calls on a history of 2, expected {3 + k}"
+        entry = history[-1]
+        if isinstance(entry, torch.Tensor) and (entry.requires_grad or entry.grad_fn is not None):
+            return "the entry still has a grad_fn: it keeps the graph and every saved activation alive"
+        try:
+            number = float(entry)
+        except (TypeError, ValueError):
+            return f"the entry is a {type(entry).__name__}, which is not a number"
+        if number != value:
+            return f"the last entry is {number}, the loss was {value}: append the value, at the end"
+        if kept is not None and kept.live_bytes > 64:
+            return (f"after the loss was deleted {kept.live_bytes:,} bytes of its graph were still alive: "
+                    "your entry holds on to the graph")
     return None
 
 
-def _saved_bytes(model, x) -> tuple[int, torch.Tensor]:
-    per_module, out = memory.saved_bytes_by_module(model, x)
-    return sum(saved.nbytes for saved in per_module.values()), out
+def _kept_bytes(forward, x) -> tuple[int, torch.Tensor]:
+    """Bytes the forward leaves alive besides its output: what the graph keeps for backward, counted by
+    memory.track from the storages themselves, so a saved-tensor hook cannot hide them."""
+    with memory.track() as kept:
+        out = forward(x)
+    mine = out.untyped_storage().nbytes() if isinstance(out, torch.Tensor) else 0
+    return kept.live_bytes - mine, out
 
 
 @exercise("08.2", "activation checkpointing",
           hint="wrap each block in torch.utils.checkpoint.checkpoint(block, h, use_reentrant=False): "
                "only the block's input is kept, and its inside is recomputed during backward")
 def _checkpointed(answer):
-    blocks = nn.ModuleList(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.Tanh())
-                           for _ in range(4))
-    x = torch.randn(32, 64, requires_grad=True)
-    plain_bytes, want = _saved_bytes(nn.Sequential(*blocks), x)
-    want.sum().backward()
-    grads = [p.grad.clone() for p in blocks.parameters()]
-    blocks.zero_grad()
-    got_bytes, got = _saved_bytes(lambda h: call(answer, blocks, h), x)
-    if not torch.allclose(got, want, atol=1e-6):
-        return "the output differs from running the blocks one after another"
-    call(got.sum().backward)
-    if not all(torch.allclose(p.grad, g, atol=1e-6) for p, g in zip(blocks.parameters(), grads)):
-        return "the gradients differ from the plain forward's"
-    if got_bytes > plain_bytes // 2:
-        return f"autograd saved {got_bytes} bytes against {plain_bytes} without checkpointing; expected at most half"
+    for k in range(25):
+        g = torch.Generator().manual_seed(k)
+        width, dtype = (8, 16, 32, 64, 128)[k % 5], (torch.float64 if k % 4 == 3 else torch.float32)
+        blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.Tanh())
+                               for _ in range(1 + k % 6)).to(dtype)
+        x = torch.randn(_draw(g, 1, 64), width, generator=g, dtype=dtype, requires_grad=True)
+        plain_bytes, want = _kept_bytes(nn.Sequential(*blocks), x)
+        want.sum().backward()
+        grads, x_grad = [p.grad.clone() for p in blocks.parameters()], x.grad.clone()
+        blocks.zero_grad()
+        x.grad = None
+        got_bytes, got = _kept_bytes(lambda h: call(answer, blocks, h), x)
+        if not isinstance(got, torch.Tensor) or not torch.allclose(got, want, atol=1e-6):
+            return "the output differs from running the blocks one after another"
+        call(got.sum().backward)
+        if not all(p.grad is not None and torch.allclose(p.grad, g_, atol=1e-6) for p, g_ in zip(blocks.parameters(), grads)):
+            return "the gradients differ from the plain forward's"
+        if x.grad is None or not torch.allclose(x.grad, x_grad, atol=1e-6):
+            return "the gradient reaching x differs from the plain forward's: do not detach the input"
+        if got_bytes > plain_bytes // 2:
+            return (f"the forward kept {got_bytes} bytes for backward against {plain_bytes} without "
+                    "checkpointing; expected at most half")
     return None

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import torch
+
+INPUTS = 25                               # every judge checks an answer on at least this many inputs
 NOT_ANSWERED = "not answered yet: replace the `...` or the `raise NotImplementedError` with your answer"
 STUB_MESSAGES = ("", "your code here")     # what the notebooks' stubs raise NotImplementedError with
 
@@ -75,3 +78,27 @@ def wrong_keys(answer, keys) -> str | None:
 def first_line(e: BaseException, limit: int = 160) -> str:
     text = (str(e).strip().splitlines() or [""])[0]
     return f"{type(e).__name__}: {text[:limit]}" if text else type(e).__name__
+
+
+def inputs(make, n: int = INPUTS, seed: int = 0) -> list:
+    """`n` inputs from the judge's own seeded generator, `make(generator, k)` each: the same on every machine
+    and in every call, and independent of the learner's random state."""
+    g = torch.Generator().manual_seed(seed)
+    return [make(g, k) for k in range(n)]
+
+
+def ops_run(fn, *args) -> list[str]:
+    """The ATen ops `fn(*args)` runs (a dispatch mode records them): an answer told to use only metadata
+    must run none."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ran = []
+
+    class Recorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ran.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Recorder():
+        call(fn, *args)
+    return ran

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from nbhelpers import _judging, exercises
-from tests.exercise_solutions import CASES
+from tests.exercise_solutions import CASES, MORE_WRONG, RULE_BREAKERS
 
 IDS = sorted(_judging.EXERCISES)
 VALUE_ANSWERS = {id for id, (solution, _, _) in CASES.items() if not callable(solution)}  # dicts, not code
@@ -38,6 +38,22 @@ def test_wrong_answer_fails_for_its_reason(exercise):
     assert not verdict.passed
     assert reason in verdict.problem, str(verdict)
     assert str(verdict).startswith(f"FAIL {exercise} · ") and str(verdict).endswith(f"Hint: {verdict.hint}")
+
+
+WRONG = [(exercise, k) for exercise in IDS for k in range(len(MORE_WRONG.get(exercise, ())))]
+
+
+@pytest.mark.parametrize("exercise, k", WRONG, ids=[f"{e}-{k}" for e, k in WRONG])
+def test_each_further_wrong_answer_fails_for_its_reason(exercise, k):
+    wrong, reason = MORE_WRONG[exercise][k]
+    verdict = exercises.grade(exercise, wrong)
+    assert not verdict.passed and reason in verdict.problem, str(verdict)
+
+
+@pytest.mark.parametrize("exercise", IDS)
+def test_every_exercise_rejects_at_least_three_wrong_answers(exercise):
+    """The blank (test_unanswered_exercise_says_so), the tempting one, and at least one more."""
+    assert len(MORE_WRONG.get(exercise, ())) >= 1, f"{exercise} has only the blank and one wrong answer"
 
 
 @pytest.mark.parametrize("exercise", IDS)
@@ -171,3 +187,14 @@ def test_progress_counts_this_kernels_verdicts(capsys, monkeypatch):
                                     "05": {"passed": 1, "failed": 0, "unanswered": 1}}
     assert capsys.readouterr().out == ("notebook 04: 0 passed, 1 failed, 1 unanswered\n"
                                        "notebook 05: 1 passed, 0 failed, 1 unanswered\n")
+
+
+
+@pytest.mark.parametrize("exercise", sorted(RULE_BREAKERS))
+def test_a_stated_rule_is_checked_not_trusted(exercise):
+    """These answers compute the right values but break the rule their task states (no copy, no tensor
+    op, .grad untouched, in place, no DataLoader, no graph break, no GradScaler, one backward per
+    micro-batch, nothing of the graph kept, half the saved bytes, your own atomic write)."""
+    breaker, rule = RULE_BREAKERS[exercise]
+    verdict = exercises.grade(exercise, breaker)
+    assert not verdict.passed and rule in verdict.problem, str(verdict)
