@@ -1,5 +1,6 @@
 """Run a function in N real processes joined by a process group, from a notebook or a script, with a
-deadline; and a torchrun entry point that trains the sandwich model with DDP on one or many machines.
+deadline. It needs nothing from the rest of the package: copy it into any project. (The torchrun entry
+point that trains the sandwich with DDP is `nbhelpers.ddp_train`.)
 
 `launch` starts fresh interpreters (spawn), rendezvous through a file in a temporary directory (no port
 to race for), returns what each rank's worker returned, re-raises a worker's exception with its rank
@@ -7,13 +8,10 @@ and traceback, and always leaves no child process behind.
 
 Example:
     results = distributed.launch(ddp_workers.all_reduce_by_hand, world_size=2)
-    # torchrun --nproc-per-node=2 -m nbhelpers.distributed --epochs 2 --out build/ddp
 """
 from __future__ import annotations
 
-import argparse
 import datetime
-import json
 import multiprocessing
 import os
 import pickle
@@ -27,7 +25,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-__all__ = ["RankFailure", "LaunchTimeout", "launch", "main"]
+__all__ = ["RankFailure", "LaunchTimeout", "launch"]
 
 
 class RankFailure(RuntimeError):
@@ -139,37 +137,3 @@ def _run_rank(rank, world_size, backend, init, timeout_s, worker, args, channel)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def main(argv: list[str] | None = None) -> dict:
-    """torchrun entry point: DDP-train the MLP sandwich on the digits; every rank writes its weights' digest.
-
-    Single machine:  torchrun --nproc-per-node=2 -m nbhelpers.distributed --epochs 2 --out build/ddp
-    Two machines:    torchrun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d
-                        --rdzv-endpoint=HOST:29500 --rdzv-id=digits -m nbhelpers.distributed --out DIR
-    """
-    from nbhelpers import ddp_workers
-
-    parser = argparse.ArgumentParser(prog="python -m nbhelpers.distributed", description=main.__doc__)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--out", type=Path, required=True, help="directory for rank-N.json and model.pt")
-    options = parser.parse_args(argv)
-    if "RANK" not in os.environ:
-        raise SystemExit("run me under torchrun, which sets RANK and WORLD_SIZE; see --help")
-    options.out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"])))
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-    try:
-        rank, world_size = dist.get_rank(), dist.get_world_size()
-        summary = ddp_workers.train_digits(rank, world_size, options.epochs, str(options.out / "model.pt"))
-        summary = {k: v for k, v in summary.items() if k != "state"}
-        from nbhelpers._atomic import write_atomic
-
-        write_atomic(options.out / f"rank-{rank}.json", json.dumps(summary).encode())
-        return summary
-    finally:
-        dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""nbhelpers.distributed: results by rank, failures named by rank, deadlines enforced, nothing left
+"""nbhelpers.distributed and nbhelpers.ddp_train: results by rank, failures named by rank, deadlines enforced, nothing left
 running; and the torchrun entry point as two "nodes" on one machine."""
 import _thread
 import json
@@ -95,7 +95,7 @@ def _free_port() -> int:
 def test_torchrun_two_nodes_on_one_machine_finish_with_identical_weights(tmp_path):
     torchrun = Path(sys.executable).parent / "torchrun"
     command = [str(torchrun), "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-               f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--rdzv-id=test", "-m", "nbhelpers.distributed",
+               f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--rdzv-id=test", "-m", "nbhelpers.ddp_train",
                "--epochs", "1", "--out", str(tmp_path)]
     nodes = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
@@ -115,6 +115,16 @@ def test_torchrun_two_nodes_on_one_machine_finish_with_identical_weights(tmp_pat
 
 def test_entry_point_refuses_to_run_outside_torchrun(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
-    done = subprocess.run([sys.executable, "-m", "nbhelpers.distributed", "--out", str(tmp_path)], env=env,
+    done = subprocess.run([sys.executable, "-m", "nbhelpers.ddp_train", "--out", str(tmp_path)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "run me under torchrun" in done.stderr
+
+
+def test_the_launcher_imports_nothing_from_the_package():
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(distributed.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert not {m for m in imported if m and m.startswith("nbhelpers")}

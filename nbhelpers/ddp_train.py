@@ -1,0 +1,53 @@
+"""The torchrun entry point: DDP-train the MLP sandwich on the digits, on one machine or several.
+
+    torchrun --nproc-per-node=2 -m nbhelpers.ddp_train --epochs 2 --out build/ddp
+
+torchrun starts the processes and sets RANK, WORLD_SIZE and the rendezvous in their environment; this
+module joins the process group they describe, trains with `ddp_workers.train_digits`, and writes each
+rank's summary (rank-N.json) atomically. Notebooks use `distributed.launch` instead, which starts the
+processes itself.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from nbhelpers import ddp_workers
+from nbhelpers._atomic import write_atomic
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """torchrun entry point: DDP-train the MLP sandwich on the digits; every rank writes its weights' digest.
+
+    Single machine:  torchrun --nproc-per-node=2 -m nbhelpers.ddp_train --epochs 2 --out build/ddp
+    Two machines:    torchrun --nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d
+                        --rdzv-endpoint=HOST:29500 --rdzv-id=digits -m nbhelpers.ddp_train --out DIR
+    """
+    parser = argparse.ArgumentParser(prog="python -m nbhelpers.ddp_train", description=main.__doc__)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--out", type=Path, required=True, help="directory for rank-N.json and model.pt")
+    options = parser.parse_args(argv)
+    if "RANK" not in os.environ:
+        raise SystemExit("run me under torchrun, which sets RANK and WORLD_SIZE; see --help")
+    options.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"])))
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    try:
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        summary = ddp_workers.train_digits(rank, world_size, options.epochs, str(options.out / "model.pt"))
+        summary = {k: v for k, v in summary.items() if k != "state"}
+        write_atomic(options.out / f"rank-{rank}.json", json.dumps(summary).encode())
+        return summary
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
