@@ -377,3 +377,34 @@ def _batches_per_epoch(answer):
         return problem
     return (f"your answer built {len(built)} DataLoaders: compute the count from n and batch_size alone"
             if built else None)
+
+
+# 02 · the graph view: which node keeps the most memory for backward
+
+def _saver_model(g, k: int):
+    """A random small network and its loss: linear and conv layers, activations that save their output."""
+    if k % 3 == 2:
+        model = nn.Sequential(nn.Conv2d(1, _draw(g, 2, 6), 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(3))
+        x = torch.randn(_draw(g, 1, 4), 1, _draw(g, 5, 9), _draw(g, 5, 9), generator=g)
+    else:
+        widths = [_draw(g, 2, 40) for _ in range(_draw(g, 2, 5))]
+        layers = []
+        for a, b in zip(widths, widths[1:]):
+            layers += [nn.Linear(a, b), (nn.ReLU(), nn.Tanh(), nn.Sigmoid())[_draw(g, 0, 2)]]
+        model, x = nn.Sequential(*layers), torch.randn(_draw(g, 1, 64), widths[0], generator=g)
+    return model(x).pow(2).mean()
+
+
+@exercise("02.3", "find the node that keeps the most memory for backward",
+          hint="walk the graph from loss.grad_fn as in 02.1; for each node add up numel() * element_size() of "
+               "every tensor in its _saved_* attributes (a tuple attribute holds several); keep the largest")
+def _largest_saver(answer):
+    for k, loss in enumerate(inputs(_saver_model)):
+        nodes = autograd_graph.trace(loss).nodes
+        most = max(sum(s.nbytes for s in n.saved) for n in nodes)
+        best = {n.name for n in nodes if sum(s.nbytes for s in n.saved) == most}
+        said = call(answer, loss)
+        if said not in best:
+            return (f"for network {k} you named {said!r}; the node that keeps the most ({most:,} bytes) is "
+                    f"{' or '.join(sorted(best))}")
+    return None

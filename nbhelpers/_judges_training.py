@@ -255,3 +255,36 @@ def _checkpointed(answer):
             return (f"the forward kept {got_bytes} bytes for backward against {plain_bytes} without "
                     "checkpointing; expected at most half")
     return None
+
+
+# 05 · compile_lens: one break, named by its code
+
+def _scale_by_mean(x):
+    print("scaling")
+    return x * x.mean().item()
+
+
+@exercise("05.3", "remove the graph break GB0124 names, and only that one",
+          hint="GB0124 is 'Unsupported Tensor.item() call': keep the mean a tensor (x * x.mean()); the print "
+               "(GB0059) is a log line you want, so leave it")
+def _remove_gb0124(answer):
+    import contextlib
+    import io
+
+    from nbhelpers import compile_lens
+
+    for x in inputs(lambda g, k: torch.randn(1 + k % 9, generator=g, dtype=(torch.float32, torch.float64)[k % 2])):
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            got = call(answer, x)
+        if not isinstance(got, torch.Tensor) or not torch.allclose(got, x * x.mean()):
+            return f"for x of shape {tuple(x.shape)} the result differs from the original's, x * x.mean()"
+        if "scaling" not in printed.getvalue():
+            return "your function no longer prints 'scaling': remove only the break GB0124 names"
+    with contextlib.redirect_stdout(io.StringIO()):
+        report = call(compile_lens.capture, answer, torch.randn(8), kernels=False)
+    codes = {b.code for b in report.breaks}
+    if "GB0124" in codes:
+        line = next(b.line for b in report.breaks if b.code == "GB0124")
+        return f"compile_lens still finds GB0124 (Tensor.item()) at `{line}`"
+    return None

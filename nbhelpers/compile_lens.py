@@ -283,7 +283,7 @@ def _breaks(records, reasons) -> tuple[Break, ...]:
         lines = (l.strip().removeprefix("Graph Break Reason: ") for l in head.splitlines())
         gb_type = next((l for l in lines if l in known), "")
         frames = _FRAME.findall(stack.split("\nTraceback (most recent call last):")[0])
-        user = [f for f in frames if not f[0].startswith(torch_dir)] or frames
+        user = [f for f in frames if not f[0].startswith(torch_dir) and f[0] != __file__]   # not torch's, not ours
         file, lineno = at.group(1), int(at.group(2))
         key = (gb_type, *user[-1][:2]) if user else (gb_type, file, str(lineno))
         entry = found.setdefault(key, {"line": user[-1][2].strip() if user else "", "count": 0, "explain": False,

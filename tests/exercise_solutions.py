@@ -754,6 +754,64 @@ def double_if_positive_print(x):
     return torch.where(x.sum() > 0, x * 2, x - 1)
 
 
+
+def largest_saver(loss):
+    best, most, seen, stack = None, -1, set(), [loss.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        kept = 0
+        for attr in dir(node):
+            if attr.startswith("_saved_"):
+                value = getattr(node, attr)
+                for t in value if isinstance(value, (tuple, list)) else (value,):
+                    if isinstance(t, torch.Tensor):
+                        kept += t.numel() * t.element_size()
+        if kept > most:
+            best, most = node.name(), kept
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return best
+
+
+def largest_saver_by_count(loss):
+    best, most, seen, stack = None, -1, set(), [loss.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        kept = sum(attr.startswith("_saved_") for attr in dir(node))
+        if kept > most:
+            best, most = node.name(), kept
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return best
+
+
+def largest_saver_root_only(loss):
+    return loss.grad_fn.name()
+
+
+def remove_gb0124(x):
+    print("scaling")
+    return x * x.mean()
+
+
+def remove_gb0124_by_dropping_the_print(x):
+    return x * x.mean().item()
+
+
+def remove_gb0124_with_float(x):
+    print("scaling")
+    return x * float(x.mean())
+
+
+def remove_gb0124_sum(x):
+    print("scaling")
+    return x * x.sum()
+
+
 CASES = {
     "00.1": (to_device, to_device_top_level_only, "is on cpu, expected the meta device"),
     "00.2": (own_generator, own_generator_global, "the global RNG changed"),
@@ -761,6 +819,7 @@ CASES = {
     "01.2": (element_offset, element_offset_ignoring_view_start, "element_offset(base[1:, ::2]"),
     "02.1": (count_nodes, count_nodes_without_seen_set, "its graph has 6 distinct nodes"),
     "02.2": (grad_without_accumulating, grad_with_backward, "w.grad changed"),
+    "02.3": (largest_saver, largest_saver_by_count, "the node that keeps the most"),
     "03.1": (count_trainable, count_trainable_all_names, "a frozen LayerNorm; an optimizer would train 50"),
     "03.2": (Normalize, NormalizePlainAttributes, "state_dict() has 0 entries"),
     "03.3": (init_kaiming_, init_xavier_, "Kaiming for fan_in 2048 and ReLU gives 0.0312"),
@@ -768,6 +827,7 @@ CASES = {
     "04.2": (batches_per_epoch, batches_per_epoch_floor, "batches_per_epoch(2, 3, drop_last=False) returned 0"),
     "05.1": (double_if_positive, double_if_positive_item, "Dynamo breaks the graph at `if x.sum().item() > 0:`: Unsupported Tensor.item() call"),
     "05.2": (ONE_GRAPH_OPTIONS, DEFAULT_OPTIONS, "compiled 2 graphs for sizes 8, 16, 32"),
+    "05.3": (remove_gb0124, remove_gb0124_by_dropping_the_print, "no longer prints 'scaling'"),
     "06.1": (AUTOCAST_DTYPES, AUTOCAST_ALL_BFLOAT16, "4 of 7 wrong, the first: torch.relu(x)"),
     "06.2": (scaled_step, scaled_step_without_unscaling, "were the gradients unscaled?"),
     "07.1": (shard, shard_contiguous, "shard(10, rank=0, world_size=3) gave [0, 1, 2, 3]"),
@@ -790,6 +850,9 @@ CASES = {
 # More wrong answers, each with the phrase its FAIL line must contain: with the blank and the tempting one
 # in CASES, every exercise is proven to reject at least three.
 MORE_WRONG = {
+    "02.3": [(largest_saver_root_only, "the node that keeps the most")],
+    "05.3": [(remove_gb0124_sum, "the result differs from the original's"),
+             (remove_gb0124_with_float, "compile_lens still finds GB0124")],
     "00.1": [(to_device_tuples_become_lists, "batch['pair'] became a list, expected a tuple"),
              (to_device_casts_to_float, 'move it, do not convert it'),
              (to_device_in_place, 'changed the batch it was given')],

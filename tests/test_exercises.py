@@ -184,9 +184,9 @@ def test_progress_counts_this_kernels_verdicts(capsys, monkeypatch):
     exercises.check("04.2", _stub)                                 # blank
     capsys.readouterr()
     assert exercises.progress() == {"04": {"passed": 0, "failed": 1, "unanswered": 1},
-                                    "05": {"passed": 1, "failed": 0, "unanswered": 1}}
+                                    "05": {"passed": 1, "failed": 0, "unanswered": 2}}
     assert capsys.readouterr().out == ("notebook 04: 0 passed, 1 failed, 1 unanswered\n"
-                                       "notebook 05: 1 passed, 0 failed, 1 unanswered\n")
+                                       "notebook 05: 1 passed, 0 failed, 2 unanswered\n")
 
 
 
