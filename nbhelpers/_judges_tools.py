@@ -102,6 +102,15 @@ class _Tripwire:
         raise pickle.PicklingError("the judge's tripwire: this object cannot be pickled")
 
 
+def _holds(path: Path, w: torch.Tensor, when: str, otherwise: str) -> str | None:
+    """What is wrong with the checkpoint at `path`, which should hold the weights `w`."""
+    try:
+        loaded = torch.load(path, weights_only=True)["w"]
+    except Exception as e:  # noqa: BLE001 - any failure to read back is the finding
+        return f"{when} the checkpoint is unreadable ({first_line(e, 80)})"
+    return None if torch.equal(loaded, w) else f"{when}, the checkpoint {otherwise}"
+
+
 @exercise("10.1", "a save that never leaves a half-written file",
           hint="torch.save to a temporary file in the same directory, then os.replace(temp, path); on an "
                "error delete the temporary file and re-raise")
@@ -113,12 +122,8 @@ def _save_atomic(answer):
             call(answer, {"w": w}, path)
             if ours.called or ours_too.called:
                 return "your answer used nbhelpers' own atomic write: the task is to write your own"
-            try:
-                loaded = torch.load(path, weights_only=True)["w"]
-            except Exception as e:  # noqa: BLE001 - any failure to read back is the finding
-                return f"a completed save left {path.name} unreadable ({first_line(e, 80)})"
-            if not torch.equal(loaded, w):
-                return "a completed save did not replace the old checkpoint with the new one"
+            if problem := _holds(path, w, "a completed save left", "did not replace the old checkpoint with the new one"):
+                return problem
             seen = []
             try:
                 answer({"w": torch.ones(3), "tripwire": _Tripwire(path, seen)}, path)
@@ -131,12 +136,8 @@ def _save_atomic(answer):
             if seen and not seen[0][0]:
                 return ("while the save was under way no temporary file was beside the checkpoint: write it in "
                         "the same directory, so that os.replace is a rename on one file system")
-            try:
-                loaded = torch.load(path, weights_only=True)["w"]
-            except Exception as e:  # noqa: BLE001 - any failure to read back is the finding
-                return f"after the failed save the old checkpoint is unreadable ({first_line(e, 80)})"
-            if not torch.equal(loaded, w):
-                return "after the failed save the checkpoint no longer holds the old weights"
+            if problem := _holds(path, w, "after the failed save", "no longer holds the old weights"):
+                return problem
             leftovers = sorted(p.name for p in Path(tmp).iterdir() if p != path)
             if leftovers:
                 return f"files were left behind: {leftovers}"
