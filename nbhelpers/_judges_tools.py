@@ -116,7 +116,7 @@ def _holds(path: Path, w: torch.Tensor, when: str, otherwise: str) -> str | None
                "error delete the temporary file and re-raise")
 def _save_atomic(answer):
     with tempfile.TemporaryDirectory() as tmp, mock.patch("nbhelpers._atomic.write_atomic") as ours, \
-            mock.patch("nbhelpers.checkpoint.write_atomic") as ours_too:
+            mock.patch("nbhelpers.saving.write_atomic") as ours_too:
         path = Path(tmp) / "checkpoint.pt"
         for k, w in enumerate(inputs(lambda g, k: torch.randn(1 + k % 7, generator=g))):
             call(answer, {"w": w}, path)

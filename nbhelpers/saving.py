@@ -5,8 +5,8 @@ File layout: an 8-byte magic, the 64-hex SHA-256 of the payload, then the payloa
 ordinary `torch.save` of a dict of tensors and plain data, read back with `weights_only=True`.
 
 Example:
-    checkpoint.save("build/ckpt/last.pt", model, optimizer, epoch=3, config={"lr": 1e-3})
-    state = checkpoint.load("build/ckpt/last.pt", model, optimizer)      # epoch, config, rng state
+    saving.save("build/ckpt/last.pt", model, optimizer, epoch=3, config={"lr": 1e-3})
+    state = saving.load("build/ckpt/last.pt", model, optimizer)      # epoch, config, rng state
 """
 from __future__ import annotations
 
@@ -62,10 +62,10 @@ def load(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer | 
     """Check the file, then restore the weights into `model` (compiled or not) and `optimizer`."""
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"{path} does not exist; save one with checkpoint.save(...)")
+        raise CheckpointError(f"{path} does not exist; save one with saving.save(...)")
     data = path.read_bytes()
     if not data.startswith(_MAGIC):
-        raise CheckpointError(f"{path} was not written by checkpoint.save; for a plain torch.save file use "
+        raise CheckpointError(f"{path} was not written by saving.save; for a plain torch.save file use "
                               f"torch.load({str(path)!r}, weights_only=True)")
     digest, blob = data[len(_MAGIC):len(_MAGIC) + 64].decode(errors="replace"), data[len(_MAGIC) + 64:]
     if hashlib.sha256(blob).hexdigest() != digest:
