@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nbhelpers import compilation, memory, precision
+from nbhelpers import compilation, memory, mixed_precision
 from nbhelpers._judging import AnswerRaised, call, exercise, first_disagreement, inputs, wrong_keys
 
 
@@ -71,7 +71,7 @@ def _one_graph(answer):
 
 # 06 · mixed precision
 
-# evaluated on precision's inputs: x (8, 16), w (4, 16), target (8,) class indices
+# evaluated on mixed_precision's inputs: x (8, 16), w (4, 16), target (8,) class indices
 _AUTOCAST_EXPRESSIONS = ("x @ w.T", "torch.relu(x)", "torch.relu(x @ w.T)", "(x @ w.T) + x[:, :4]",
                          "F.softmax(x @ w.T, dim=1)", "F.layer_norm(x, (16,))", "F.cross_entropy(x @ w.T, target)")
 
@@ -83,7 +83,7 @@ def _autocast_dtypes(answer):
     if problem := wrong_keys(answer, _AUTOCAST_EXPRESSIONS):
         return problem
     ops = {e: lambda t, e=e: eval(e, {"torch": torch, "F": F, **t}) for e in _AUTOCAST_EXPRESSIONS}  # noqa: S307
-    truth = {row.op: row.from_fp32 for row in precision.autocast_dtype_table("cpu", torch.bfloat16, ops)}
+    truth = {row.op: row.from_fp32 for row in mixed_precision.autocast_dtype_table("cpu", torch.bfloat16, ops)}
     wrong = [e for e in _AUTOCAST_EXPRESSIONS if answer[e] != truth[e]]
     return f"{len(wrong)} of {len(truth)} wrong, the first: {wrong[0]}" if wrong else None
 

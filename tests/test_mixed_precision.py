@@ -1,18 +1,18 @@
-"""nbhelpers.precision: the dtype table agrees with direct calls, underflow is exact, training runs compare."""
+"""nbhelpers.mixed_precision: the dtype table agrees with direct calls, underflow is exact, training runs compare."""
 import matplotlib
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from nbhelpers import models, precision
+from nbhelpers import mixed_precision, models
 
 matplotlib.use("agg")   # this test process only
 
 
 def test_table_agrees_with_direct_autocast_calls():
-    rows = precision.autocast_dtype_table("cpu", torch.bfloat16)
-    assert [r.op for r in rows] == list(precision.OPS)
+    rows = mixed_precision.autocast_dtype_table("cpu", torch.bfloat16)
+    assert [r.op for r in rows] == list(mixed_precision.OPS)
     x = torch.randn(3, 5)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         direct = {"linear": F.linear(x, torch.randn(2, 5)).dtype, "relu": F.relu(x).dtype,
@@ -23,26 +23,26 @@ def test_table_agrees_with_direct_autocast_calls():
     assert by_op["cross_entropy"].from_low == direct["cross_entropy"] == torch.float32
     assert (by_op["linear"].policy, by_op["relu"].policy, by_op["cross_entropy"].policy) == (
         "cast down to bf16", "follows its input", "fp32 either way")
-    assert precision.render_dtype_table(rows).splitlines()[1].split() == ["matmul", "bf16", "bf16", "cast",
+    assert mixed_precision.render_dtype_table(rows).splitlines()[1].split() == ["matmul", "bf16", "bf16", "cast",
                                                                           "down", "to", "bf16"]
 
 
 def test_table_rejects_a_device_without_autocast():
     with pytest.raises(ValueError, match="not available for device type 'meta'"):
-        precision.autocast_dtype_table("meta", torch.bfloat16)
+        mixed_precision.autocast_dtype_table("meta", torch.bfloat16)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_float16_gradients_vanish_unscaled_and_survive_scaled(seed):
-    result = precision.gradient_underflow("cpu", torch.float16, seed=seed)
-    zeros = precision.Underflow.zero_fraction
+    result = mixed_precision.gradient_underflow("cpu", torch.float16, seed=seed)
+    zeros = mixed_precision.Underflow.zero_fraction
     assert zeros(result.reference) == 0 and zeros(result.unscaled) == 1.0 and zeros(result.scaled) == 0
     assert result.relative_error(result.unscaled) == 1.0 and result.relative_error(result.scaled) < 0.01
 
 
 def test_bfloat16_keeps_small_gradients_without_a_scaler():
-    result = precision.gradient_underflow("cpu", torch.bfloat16)
-    assert precision.Underflow.zero_fraction(result.unscaled) == 0
+    result = mixed_precision.gradient_underflow("cpu", torch.bfloat16)
+    assert mixed_precision.Underflow.zero_fraction(result.unscaled) == 0
     assert result.relative_error(result.unscaled) < 0.02
 
 
@@ -53,14 +53,14 @@ def test_train_with_precision_returns_comparable_runs():
     runs = []
     for dtype in (None, torch.bfloat16):
         torch.manual_seed(0)
-        runs.append(precision.train_with_precision(models.mlp(), dtype, loader, loader, epochs=1))
+        runs.append(mixed_precision.train_with_precision(models.mlp(), dtype, loader, loader, epochs=1))
     assert [r.label for r in runs] == ["fp32", "autocast bf16"]
     assert all(r.seconds > 0 and r.step_peak_bytes > 0 and len(r.history.epochs) == 1 for r in runs)
-    precision.plot_runs(runs)
+    mixed_precision.plot_runs(runs)
 
 
 def test_autocast_wrapper_returns_float32_logits_and_keeps_parameters():
     model = models.mlp()
-    wrapped = precision.Autocast(model, "cpu", torch.bfloat16)
+    wrapped = mixed_precision.Autocast(model, "cpu", torch.bfloat16)
     assert wrapped(torch.rand(2, 784)).dtype == torch.float32
     assert list(wrapped.parameters()) == list(model.parameters())

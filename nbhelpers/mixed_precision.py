@@ -2,9 +2,9 @@
 and what autocast costs or saves in a training run.
 
 Example:
-    rows = precision.autocast_dtype_table("cpu", torch.bfloat16)
-    print(precision.render_dtype_table(rows))
-    result = precision.gradient_underflow("cpu", torch.float16)    # zeros without a scaler
+    rows = mixed_precision.autocast_dtype_table("cpu", torch.bfloat16)
+    print(mixed_precision.render_dtype_table(rows))
+    result = mixed_precision.gradient_underflow("cpu", torch.float16)    # zeros without a scaler
 """
 from __future__ import annotations
 
