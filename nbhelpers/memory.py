@@ -2,6 +2,10 @@
 ran it (forward or backward); the bytes each module saves for backward; and, on CUDA, the caching
 allocator's own numbers and history, turned into the same timeline.
 
+`track` works at the dispatcher (a TorchDispatchMode), so it knows the op, module and phase behind each
+storage; an allocation made inside an op, which never becomes a tensor, is invisible to it.
+`storage.record_lifetimes` reads the allocator's own events instead and sees those too, without modules.
+
 Example:
     with memory.track() as tracker:
         loss_fn(model(x), y).backward()

@@ -1,5 +1,12 @@
 """Tensors as data: storage identity, views and strides, version counters, and storage lifetimes.
 
+`record_lifetimes` and `memory.track` are two recorders on purpose, at two layers. This one reads the
+allocator's events through torch.profiler (profile_memory=True): every allocation and free, including those
+an op makes inside itself that never become a tensor the dispatcher sees, with no notion of module or phase.
+`memory.track` sits at the dispatcher: it sees each op and the storages the op's outputs live in, and so
+which module and phase made them, but not an allocation hidden inside an op. On one step, every storage
+`memory.track` counts is an allocation this recorder sees, with the same size (tests/test_storage.py).
+
 Example:
     storage.describe(x.t())                       # a TensorInfo: shape, stride, storage_ptr, is_view, ...
     with storage.record_lifetimes() as rec:
