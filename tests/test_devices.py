@@ -64,6 +64,10 @@ def test_compiler_probe_reports_a_compiler_that_fails():
 
 
 def test_compiler_probe_accepts_this_machines_compiler():
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++ on this machine: inductor's CPU path needs a C++ compiler with OpenMP")
     ok, why = devices._compiles_openmp("g++")
     assert ok, why
 

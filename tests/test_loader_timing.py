@@ -38,4 +38,7 @@ def test_render_and_plot():
     timings = tuple(loader_timing.time_loader(dataset, s, epochs=1) for s in loader_timing.grid((0,), (2, 5)))
     table = loader_timing.render_timings(timings)
     assert table.splitlines()[1].startswith("w0 b2") and "ep1 items/s" in table
-    loader_timing.plot_timings(timings)
+    ax = loader_timing.plot_timings(timings)
+    heights = sorted(round(p.get_height(), 6) for p in ax.patches)
+    assert heights == sorted(round(t.items_per_s[0], 6) for t in timings)      # one bar per setup and epoch
+    assert ax.get_ylabel() == "items / s" and [t.get_text() for t in ax.get_xticklabels()] == [t.setup.label for t in timings]

@@ -105,7 +105,9 @@ def test_timeline_splits_categories_and_plots():
     data = memory.timeline(t, {"gradients": [p.grad for p in model.parameters()]})
     assert data.bytes_by_category["gradients"][-1] == sum(p.numel() * 4 for p in model.parameters())
     assert len(data.labels) == len(t.events)
-    memory.plot_timeline(data)
+    ax = memory.plot_timeline(data)
+    assert [t.get_text() for t in ax.get_legend().get_texts()][:len(data.bytes_by_category)] == list(data.bytes_by_category)
+    assert ax.get_title() == f"peak {data.peak_bytes:,} B" and ax.get_ylabel() == "live bytes"
 
 
 def test_cuda_history_needs_cuda():

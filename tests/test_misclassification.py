@@ -16,7 +16,10 @@ def test_confusion_matrix_equals_a_hand_count():
     for t, p in zip(targets.tolist(), predictions.tolist()):
         by_hand[t, p] += 1
     assert torch.equal(matrix, by_hand)
-    misclassification.plot_confusion_matrix(matrix)
+    ax = misclassification.plot_confusion_matrix(matrix)
+    assert (ax.images[0].get_array() == matrix.numpy()).all()                   # the counts drawn
+    assert sorted(int(t.get_text()) for t in ax.texts) == sorted(matrix.flatten().tolist())
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("predicted", "true")
 
 
 @pytest.mark.parametrize("predictions, targets, message", [

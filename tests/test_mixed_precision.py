@@ -56,7 +56,9 @@ def test_train_with_precision_returns_comparable_runs():
         runs.append(mixed_precision.train_with_precision(models.mlp(), dtype, loader, loader, epochs=1))
     assert [r.label for r in runs] == ["fp32", "autocast bf16"]
     assert all(r.seconds > 0 and r.step_peak_bytes > 0 and len(r.history.epochs) == 1 for r in runs)
-    mixed_precision.plot_runs(runs)
+    ax = mixed_precision.plot_runs(runs)
+    assert [line.get_label() for line in ax.get_lines()] == ["fp32", "autocast bf16"]
+    assert [list(line.get_ydata()) for line in ax.get_lines()] == [[100 * r.history.epochs[0].val_accuracy] for r in runs]
 
 
 def test_autocast_wrapper_returns_float32_logits_and_keeps_parameters():

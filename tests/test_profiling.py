@@ -19,7 +19,9 @@ def test_trace_summary_reads_an_exported_trace(tmp_path):
     by_name = {o.name: o for o in summary}
     assert by_name["three_matmuls"].calls == 3 and by_name["three_matmuls"].category == "user_annotation"
     assert [o.total_us for o in summary] == sorted((o.total_us for o in summary), reverse=True)
-    profiling.plot_top_ops(summary)
+    ax = profiling.plot_top_ops(summary)
+    assert sorted(p.get_width() for p in ax.patches) == sorted(o.total_us for o in summary)    # a bar per op
+    assert ax.get_yticklabels()[-1].get_text() == f"{summary[0].name} (x{summary[0].calls})"  # largest on top
 
 
 def test_trace_summary_rejects_other_files(tmp_path):

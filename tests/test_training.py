@@ -36,7 +36,10 @@ def test_fit_learns_a_separable_problem_and_returns_a_history(capsys):
     assert history.final_accuracy >= 0.95 and history.epochs[-1].train_loss < history.epochs[0].train_loss
     assert history.seconds == pytest.approx(sum(e.seconds for e in history.epochs))
     assert capsys.readouterr() == ("", "")          # progress=False: silent
-    training.plot_history(history)
+    ax = training.plot_history(history)
+    assert [list(line.get_ydata()) for line in ax.get_lines()] == [[e.train_loss for e in history.epochs],
+                                                                  [e.val_loss for e in history.epochs]]
+    assert ax.get_xlabel() == "epoch" and [t.get_text() for t in ax.get_legend().get_texts()][-1] == "validation accuracy"
 
 
 @pytest.mark.parametrize("epochs", [0, -1, True, 1.5, "3"])

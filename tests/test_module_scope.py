@@ -1,0 +1,36 @@
+"""nbhelpers.module_scope: which module made each autograd node, the optimizer's own phase, and no leftovers."""
+import torch
+from torch import nn
+
+from nbhelpers import module_scope
+
+
+def test_nodes_are_tagged_with_the_innermost_module_and_the_loss_is_outside():
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh())
+    with module_scope.record():
+        loss = model(torch.randn(2, 3)).sum()
+    tanh = loss.grad_fn.next_functions[0][0]
+    addmm = tanh.next_functions[0][0]
+    assert module_scope.module_of(loss.grad_fn) == module_scope.OUTSIDE
+    assert module_scope.module_of(tanh) == "Sequential.1" and module_scope.module_of(addmm) == "Sequential.0"
+    assert module_scope.modules_of(addmm) == ("Sequential", "Sequential.0")
+
+
+def test_current_names_forward_backward_and_the_optimizer_step():
+    model, seen = nn.Linear(2, 1), []
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with module_scope.record() as scope:
+        model.register_forward_pre_hook(lambda m, args: seen.append(scope.current()))   # after the scope's own
+        out = model(torch.randn(4, 2)).sum()
+        out.register_hook(lambda g: seen.append(scope.current()))
+        out.backward()
+        optimizer.register_step_pre_hook(lambda opt, args, kwargs: seen.append(scope.current()))
+        optimizer.step()
+    assert seen == [("Linear", "forward"), (module_scope.OUTSIDE, "backward"), ("SGD.step", "optimizer")]
+
+
+def test_the_scope_removes_its_hooks():
+    scope = module_scope.record()
+    with scope:
+        assert len(scope.handles) == 4
+    assert scope.handles == [] and scope.current() == (module_scope.OUTSIDE, "forward")
