@@ -224,3 +224,22 @@ def test_the_readme_table_lists_every_checked_instrument_and_where_it_is_used():
             {notebook_rules._dotted(n.func) for n in ast.walk(notebook_rules._code_tree(_read(p)))
              if isinstance(n, ast.Call)}, notebook_rules.AGREEMENTS[instrument])}
         assert where.split(", ") == sorted(using), instrument
+
+
+INSTRUMENTS = ("storage", "autograd_graph", "memory", "compilation", "profiling", "compile_lens", "graph_view",
+               "graph_layout", "graph_diff", "module_scope", "ddp_timeline")
+LESSONS = {"models", "training", "ddp_workers", "ddp_train", "data", "misclassification", "loader_timing",
+           "mixed_precision", "exercises"}
+
+
+@pytest.mark.parametrize("module", INSTRUMENTS)
+def test_an_instrument_imports_no_lesson_module(module):
+    """The modules that read what torch does work on any model: none imports the series' models or lessons."""
+    tree = ast.parse((REPO / "nbhelpers" / f"{module}.py").read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "nbhelpers":
+            imported |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nbhelpers."):
+            imported.add(node.module.split(".")[1])
+    assert not imported & LESSONS, f"{module} imports {sorted(imported & LESSONS)}"
