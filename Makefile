@@ -38,6 +38,7 @@ lab: $(STAMP)
 	exec $(VENV)/bin/jupyter lab $(LAB_FLAGS) $(LAB_ARGS)
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check nbhelpers tests conftest.py
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Re-execute notebooks in place to refresh their stored outputs: make execute [NB=notebooks/00_environment.ipynb]

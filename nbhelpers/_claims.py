@@ -66,8 +66,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 def _failing_line(error: dict) -> str:
     """The line the traceback's arrow points at, in the cell (IPython marks it '---->')."""
-    lines = [_ANSI.sub("", l) for l in error.get("traceback", [])]
-    arrows = [l.split("---->", 1)[1].strip() for t in lines for l in t.splitlines() if "---->" in l]
+    lines = [_ANSI.sub("", text) for text in error.get("traceback", [])]
+    arrows = [text.split("---->", 1)[1].strip() for t in lines for text in t.splitlines() if "---->" in text]
     return arrows[0].split(" ", 1)[-1].strip() if arrows else ""
 
 
@@ -109,7 +109,7 @@ def run_notebook(path: Path, executed: Path, timeout_s: int = 600, reuse: bool =
             NotebookClient(ran, timeout=timeout_s, kernel_name="python3", allow_errors=True,
                            resources={"metadata": {"path": str(path.parent)}}, record_timing=False,
                            skip_cells_with_tag="skip-execution").execute()
-        except Exception as error:                         # kernel died, timed out, did not start
+        except Exception as error:  # noqa: BLE001 - the kernel died, timed out or did not start: reported
             run.error = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:200]}"
         executed.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(executed, nbformat.writes(ran).encode())
@@ -117,7 +117,7 @@ def run_notebook(path: Path, executed: Path, timeout_s: int = 600, reuse: bool =
     section, index = "", 0
     for old, new in zip(stored.cells, ran.cells):
         if old.cell_type == "markdown":
-            section = next((l[3:] for l in old.source.splitlines() if l.startswith("## ")), section)
+            section = next((text[3:] for text in old.source.splitlines() if text.startswith("## ")), section)
             continue
         if old.cell_type != "code":
             continue

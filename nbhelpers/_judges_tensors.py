@@ -214,7 +214,8 @@ def _grad_without_accumulating(answer):
         w.grad = torch.full_like(w, 7.0) if k % 4 else None
         before, version = w.grad, (w.grad._version if w.grad is not None else None)
         got = call(answer, loss_fn, w)
-        if w.grad is not before or (before is not None and (before._version != version or not torch.equal(before, torch.full_like(w, 7.0)))):
+        untouched = before is None or (before._version == version and torch.equal(before, torch.full_like(w, 7.0)))
+        if w.grad is not before or not untouched:
             return "w.grad changed: your function accumulated into .grad (or replaced it)"
         if not isinstance(got, torch.Tensor) or got.shape != w.shape:
             return f"your function returned {type(got).__name__}, expected one tensor shaped like w"
@@ -322,7 +323,7 @@ class _Sequences(torch.utils.data.Dataset):
     def __init__(self, seed: int, dtype=torch.float32):
         g = torch.Generator().manual_seed(seed)
         self.items = []
-        for i in range(_draw(g, 1, 9)):
+        for _ in range(_draw(g, 1, 9)):
             values = torch.randn(_draw(g, 0, 8), generator=g, dtype=dtype)
             values[::3] = 0.0                                              # a padding value inside the data
             self.items.append((values, _draw(g, 0, 9)))

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import os
 import tempfile
 from pathlib import Path
 from unittest import mock
@@ -14,7 +13,7 @@ from torch import nn
 import pickle
 
 from nbhelpers import stderr_capture
-from nbhelpers._judging import INPUTS, Unanswered, call, exercise, first_line, inputs, is_stub, wrong_keys
+from nbhelpers._judging import Unanswered, call, exercise, first_line, inputs, is_stub, wrong_keys
 
 
 # 09 · profiling
@@ -49,7 +48,7 @@ def _labelled_step(answer):
 
 def _gradients_problem(answer, model) -> str | None:
     """On the judge's inputs, the gradients the answer leaves are those of model(x).pow(2).mean()."""
-    for k, x in enumerate(inputs(lambda g, k: torch.randn(1 + k % 9, 16, generator=g))):
+    for x in inputs(lambda g, k: torch.randn(1 + k % 9, 16, generator=g)):
         expected = torch.autograd.grad(model(x).pow(2).mean(), list(model.parameters()))
         model.zero_grad(set_to_none=True)
         call(answer, model, x)
@@ -118,7 +117,7 @@ def _save_atomic(answer):
     with tempfile.TemporaryDirectory() as tmp, mock.patch("nbhelpers._atomic.write_atomic") as ours, \
             mock.patch("nbhelpers.saving.write_atomic") as ours_too:
         path = Path(tmp) / "checkpoint.pt"
-        for k, w in enumerate(inputs(lambda g, k: torch.randn(1 + k % 7, generator=g))):
+        for w in inputs(lambda g, k: torch.randn(1 + k % 7, generator=g)):
             call(answer, {"w": w}, path)
             if ours.called or ours_too.called:
                 return "your answer used nbhelpers' own atomic write: the task is to write your own"
@@ -165,7 +164,7 @@ def _architecture(g, k: int) -> nn.Module:
           hint="torch.compile wraps the model, so its state_dict keys start with '_orig_mod.'; "
                "strip that prefix (str.removeprefix, not lstrip), and leave other keys and buffers alone")
 def _clean_state_dict(answer):
-    for k, model in enumerate(inputs(_architecture)):
+    for model in inputs(_architecture):
         compiled = torch.compile(model)          # compiling is lazy: no code is generated here
         for name, state in (("a compiled model's state_dict", compiled.state_dict()),
                             ("a plain model's state_dict", model.state_dict())):

@@ -37,7 +37,8 @@ def _no_graph_break(answer):
                    + (0.5 if k % 3 else -0.5), 19)
     for x in (*edges, *drawn):
         if not torch.equal(call(answer, x), _double_if_positive(x)):
-            return f"for x = {[round(v, 3) for v in x.flatten().tolist()][:6]} your function returns something other than the original"
+            shown = [round(v, 3) for v in x.flatten().tolist()][:6]
+            return f"for x = {shown} your function returns something other than the original"
     for x in edges[:2]:
         found = call(compilation.find_breaks, answer, x)
         if found.breaks:
@@ -171,7 +172,7 @@ def _accumulate(answer):
         truth = [p.grad.clone() for p in model.parameters()]
         model.zero_grad()
         backwards = []
-        model.weight.register_hook(lambda grad: backwards.append(1))
+        model.weight.register_hook(lambda grad, seen=backwards: seen.append(1))
         call(answer, model, loss_fn, x, y, micro_batches)
         if not all(p.grad is not None and torch.allclose(p.grad, t, atol=1e-5)
                    for p, t in zip(model.parameters(), truth)):
@@ -243,11 +244,12 @@ def _checkpointed(answer):
         grads, x_grad = [p.grad.clone() for p in blocks.parameters()], x.grad.clone()
         blocks.zero_grad()
         x.grad = None
-        got_bytes, got = _kept_bytes(lambda h: call(answer, blocks, h), x)
+        got_bytes, got = _kept_bytes(lambda h, blocks=blocks: call(answer, blocks, h), x)
         if not isinstance(got, torch.Tensor) or not torch.allclose(got, want, atol=1e-6):
             return "the output differs from running the blocks one after another"
         call(got.sum().backward)
-        if not all(p.grad is not None and torch.allclose(p.grad, g_, atol=1e-6) for p, g_ in zip(blocks.parameters(), grads)):
+        pairs = zip(blocks.parameters(), grads)
+        if not all(p.grad is not None and torch.allclose(p.grad, want_grad, atol=1e-6) for p, want_grad in pairs):
             return "the gradients differ from the plain forward's"
         if x.grad is None or not torch.allclose(x.grad, x_grad, atol=1e-6):
             return "the gradient reaching x differs from the plain forward's: do not detach the input"

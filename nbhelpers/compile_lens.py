@@ -21,9 +21,10 @@ Three hooks of the installed torch, each for what only it sees:
   fuses: `cpp_fused_add_mul_pow_tanh_0`) and, through them, to lines.
 
 A break's reason holds a `Gb_type` of `torch/_dynamo/graph_break_registry.json`, which gives its code
-(GB0124); its explanation and hints are the ones Dynamo filled in for it (the registry holds templates). Dynamo is reset before and after, so the caller's compiled functions
-are not reused (the reset also drops any other compiled code in the process, as `explain`'s does); the
-one config patch is undone and the trace handler removed on the way out.
+(GB0124); its explanation and hints are the ones Dynamo filled in for it (the registry holds templates).
+Dynamo is reset before and after, so the caller's compiled functions are not reused (the reset also drops
+any other compiled code in the process, as `explain`'s does); the one config patch is undone and the trace
+handler removed on the way out.
 
 Example:
     report = compile_lens.capture(train_step, x, y)
@@ -243,7 +244,7 @@ def _entries(records) -> tuple[Entry, ...]:
 def _user_line(stack_trace: str | None) -> str:
     """The last frame's source line in a node's stack trace (Dynamo records the user's frames; Python
     3.11+ adds a line of ^ markers under it)."""
-    lines = [l.strip() for l in (stack_trace or "").splitlines() if set(l.strip()) - set("^~ ")]
+    lines = [text.strip() for text in (stack_trace or "").splitlines() if set(text.strip()) - set("^~ ")]
     return lines[-1] if lines and not lines[-1].startswith("File ") else ""
 
 
@@ -280,19 +281,24 @@ def _breaks(records, reasons) -> tuple[Break, ...]:
         if _event(metadata) != "dynamo_graph_break_reason" or not (at := _BREAK_AT.match(payload or "")):
             continue                              # other wordings repeat a break already logged this way
         head, _, stack = payload.partition("\nUser code traceback:\n")
-        lines = (l.strip().removeprefix("Graph Break Reason: ") for l in head.splitlines())
-        gb_type = next((l for l in lines if l in known), "")
+        lines = (text.strip().removeprefix("Graph Break Reason: ") for text in head.splitlines())
+        gb_type = next((text for text in lines if text in known), "")
         frames = _FRAME.findall(stack.split("\nTraceback (most recent call last):")[0])
         user = [f for f in frames if not f[0].startswith(torch_dir) and f[0] != __file__]   # not torch's, not ours
         file, lineno = at.group(1), int(at.group(2))
         key = (gb_type, *user[-1][:2]) if user else (gb_type, file, str(lineno))
         entry = found.setdefault(key, {"line": user[-1][2].strip() if user else "", "count": 0, "explain": False,
                                        "entry": _record_entry(metadata), **_explained_as(head, known.get(gb_type)),
-                                       "where": f"torch{file[len(torch_dir):]}:{lineno}" if file.startswith(torch_dir) else ""})
+                                       "where": _in_torch(file, lineno, torch_dir)})
         entry["count"] += 1
         entry["explain"] |= (gb_type, file, lineno) in explained
     return tuple(Break(known.get(gb, {}).get("code", ""), gb, e["line"], e["count"], e["explanation"], e["hints"],
                        e["where"], e["explain"], e["entry"]) for (gb, *_), e in found.items())
+
+
+def _in_torch(file: str, lineno: int, torch_dir: str) -> str:
+    """`torch/optim/optimizer.py:78` for a place inside torch, else ""."""
+    return f"torch{file[len(torch_dir):]}:{lineno}" if file.startswith(torch_dir) else ""
 
 
 _EXPLANATION = re.compile(r"^  Explanation: (.*?)(?=^  Hint: |^\s*$|\Z)", re.M | re.S)
@@ -404,7 +410,7 @@ def _between(report: CompileReport, entry: str, key: tuple) -> list:
     return edges
 
 
-def from_exported(program) -> "GraphData":
+def from_exported(program):
     """An ExportedProgram's graph as graph_view data: its inputs (parameters and buffers, which export
     lifts to graph inputs, and the user's inputs with their symbolic sizes' ranges) and its ATen ops; an
     edge runs from a value to each node that uses it."""

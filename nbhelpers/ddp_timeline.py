@@ -104,12 +104,12 @@ def plot(runs: dict[str, list[RankTimeline]], ax=None):
 
     rows = [(f"{name}, rank {t.rank}", t) for name, ranks in runs.items() for t in ranks]
     ax = ax if ax is not None else plt.figure(figsize=(9, 0.9 * len(rows) + 1)).gca()
-    for k, (label, t) in enumerate(rows):
+    for k, (_, t) in enumerate(rows):
         y = 2 * (len(rows) - 1 - k)
         ax.broken_barh([(start, end - start) for _, start, end in t.compute], (y + 1, 0.8), color="tab:blue")
         ax.broken_barh([(start, end - start) for _, _, start, end in t.allreduce], (y, 0.8), color="tab:orange",
                        edgecolor="black")
-        for index, nbytes, start, end in t.allreduce:
+        for index, nbytes, start, _ in t.allreduce:
             ax.text(start, y + 0.4, f" b{index} {nbytes / 2**20:.1f} MiB", va="center", fontsize=7)
     ax.set_yticks([2 * (len(rows) - 1 - k) + 0.9 for k in range(len(rows))], [label for label, _ in rows])
     ax.set_xlabel("ms since backward began (blue: backward ops; orange: a bucket's all-reduce, launch to done)")

@@ -23,7 +23,8 @@ from torch.utils.data import DataLoader, DistributedSampler
 from nbhelpers import compilation, data, models, training
 from nbhelpers._atomic import write_atomic
 
-__all__ = ["all_reduce_by_hand", "fails_on", "waits_for_a_stuck_rank", "digit_batch", "gradient_equivalence", "accumulate_with_no_sync",
+__all__ = ["all_reduce_by_hand", "fails_on", "waits_for_a_stuck_rank", "digit_batch", "gradient_equivalence",
+           "accumulate_with_no_sync",
            "train_digits", "unused_parameters", "TwoHeads", "compile_orders"]
 
 

@@ -139,7 +139,7 @@ def _cxx_compiler() -> Capability:
 
     try:
         cxx = get_cpp_compiler()
-    except Exception as e:  # it raises its own types when no compiler is found
+    except Exception as e:  # noqa: BLE001 - it raises its own types when no compiler is found
         return Capability("C++ compiler (inductor)", False, f"none found: {e}", "torch.compile on CPU")
     ok, why = _compiles_openmp(cxx)
     return Capability("C++ compiler (inductor)", ok, why, "torch.compile on CPU")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime
 import multiprocessing
-import os
 import pickle
 import queue as queue_module
 import tempfile
@@ -87,7 +86,7 @@ def _collect(processes, channel, results, deadline, timeout_s) -> None:
             if time.monotonic() > deadline:
                 missing = sorted(set(range(len(processes))) - set(results))
                 raise LaunchTimeout(f"ranks {missing} did not finish within {timeout_s} s; all processes were "
-                                    f"stopped (a collective that one rank never joins waits forever)")
+                                    f"stopped (a collective that one rank never joins waits forever)") from None
             continue
         if not ok:
             message, remote = payload

@@ -60,8 +60,8 @@ def opening_problems(nb, path: Path) -> list[str]:
         if part not in first.source:
             problems.append(f"the first cell lacks {part}")
     second = nb.cells[1] if len(nb.cells) > 1 else None
-    lines = [l.split("#")[0].strip() for l in (second.source.splitlines() if second else [])]
-    if second is None or second.cell_type != "code" or not all(l in lines for l in OPENING_LINES):
+    lines = [text.split("#")[0].strip() for text in (second.source.splitlines() if second else [])]
+    if second is None or second.cell_type != "code" or not all(text in lines for text in OPENING_LINES):
         problems.append(f"the second cell must be the house opening: {'; '.join(OPENING_LINES)}")
     return problems
 
@@ -69,8 +69,8 @@ def opening_problems(nb, path: Path) -> list[str]:
 def structure_problems(nb) -> list[str]:
     """Sections, the Summary, a kernel spec that exists everywhere, and tags that carry reasons."""
     problems = []
-    headings = [l for c in nb.cells if c.cell_type == "markdown" for l in c.source.splitlines()
-                if l.startswith("## ")]
+    headings = [text for c in nb.cells if c.cell_type == "markdown" for text in c.source.splitlines()
+                if text.startswith("## ")]
     if not headings or "## Summary" not in headings:
         problems.append("the notebook needs '## ' sections and a '## Summary'")
     if nb.metadata.get("kernelspec", {}).get("name") != "python3":
@@ -102,7 +102,7 @@ def nbhelpers_imports(nb) -> set[tuple[str, str]]:
     """(module, name) pairs a notebook uses from nbhelpers: `from nbhelpers import m` then m.name."""
     modules, used = set(), set()
     for cell in _code(nb):
-        source = "\n".join(l for l in cell.source.splitlines() if not l.lstrip().startswith(("%", "!")))
+        source = "\n".join(text for text in cell.source.splitlines() if not text.lstrip().startswith(("%", "!")))
         tree = ast.parse(source)
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module == "nbhelpers":
@@ -153,7 +153,7 @@ def _cell_output_problems(i: int, cell) -> list[str]:
                                 "viewer shows it for ever")
         if out.get("output_type") == "stream" and out.get("name") == "stderr":
             stderr += out["text"].splitlines()[:1]
-    leading = "\n".join(l for l in cell.source.splitlines()[:3] if l.startswith("#"))
+    leading = "\n".join(text for text in cell.source.splitlines()[:3] if text.startswith("#"))
     if stderr and not SHOWS_STDERR.search(leading):
         problems.append(f"code cell {i} wrote to stderr ({stderr[0][:80]!r}); silence it in the cell, "
                         "or start the cell with '# Shows stderr: why' if showing it is the point")
@@ -287,7 +287,7 @@ def returned_types(fn, seen=None) -> set[type]:
     seen = set() if seen is None else seen
     try:
         hints = typing.get_type_hints(fn)
-    except Exception:                                   # an annotation that names an optional package
+    except Exception:  # noqa: BLE001 - an annotation that names an optional package
         return set()
     todo, found = [hints.get("return")], set()
     while todo:

@@ -41,4 +41,5 @@ def test_render_and_plot():
     ax = loader_timing.plot_timings(timings)
     heights = sorted(round(p.get_height(), 6) for p in ax.patches)
     assert heights == sorted(round(t.items_per_s[0], 6) for t in timings)      # one bar per setup and epoch
-    assert ax.get_ylabel() == "items / s" and [t.get_text() for t in ax.get_xticklabels()] == [t.setup.label for t in timings]
+    assert ax.get_ylabel() == "items / s"
+    assert [t.get_text() for t in ax.get_xticklabels()] == [t.setup.label for t in timings]

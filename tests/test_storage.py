@@ -60,7 +60,7 @@ def test_recorder_stops_the_profiler_even_when_the_block_raises():
     with pytest.raises(ZeroDivisionError):
         with storage.record_lifetimes():
             assert torch.autograd.profiler._is_profiler_enabled
-            1 / 0
+            _ = 1 / 0
     assert not torch.autograd.profiler._is_profiler_enabled
     with storage.record_lifetimes() as rec:                    # and a new recording works
         torch.empty(8)

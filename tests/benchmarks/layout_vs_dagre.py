@@ -33,8 +33,12 @@ g.setDefaultEdgeLabel(() => ({}));
 input.widths.forEach((w, i) => g.setNode(String(i), { width: w, height: %(box_h)s }));
 input.edges.forEach(([s, d], k) => g.setEdge(String(s), String(d), {}, "e" + k));
 dagre.layout(g);
-const routes = input.edges.map(([s, d], k) => g.edge({ v: String(s), w: String(d), name: "e" + k }).points.map((p) => [p.x, p.y]));
-const boxes = input.widths.map((w, i) => { const n = g.node(String(i)); return [n.x - n.width / 2, n.y - n.height / 2, n.width, n.height]; });
+const routes = input.edges.map(([s, d], k) =>
+  g.edge({ v: String(s), w: String(d), name: "e" + k }).points.map((p) => [p.x, p.y]));
+const boxes = input.widths.map((w, i) => {
+  const n = g.node(String(i));
+  return [n.x - n.width / 2, n.y - n.height / 2, n.width, n.height];
+});
 process.stdout.write(JSON.stringify({ routes, boxes }));
 """
 
