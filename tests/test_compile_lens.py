@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nbhelpers import compile_lens, models
+from nbhelpers import compile_lens, compile_view, models
 
 
 def noisy(x):
@@ -146,7 +146,7 @@ def test_kernels_map_to_fx_nodes_and_lines():
 def test_the_view_links_lines_to_fx_nodes_and_kernels():
     from nbhelpers import graph_view
 
-    data = compile_lens.to_graph_data(compile_lens.capture(gelu_like, torch.rand(64)))
+    data = compile_view.from_report(compile_lens.capture(gelu_like, torch.rand(64)))
     labels = [n.label for n in data.nodes]
     line = labels.index("y = x + 0.044715 * x ** 3")
     kernel = next(i for i, label in enumerate(labels) if label.startswith("cpp_fused_"))
@@ -162,7 +162,7 @@ def test_the_view_links_lines_to_fx_nodes_and_kernels():
 def test_a_break_sits_between_its_graphs_and_its_panel_names_the_code():
     from nbhelpers import graph_view
 
-    data = compile_lens.to_graph_data(_quiet(noisy, torch.rand(8), kernels=False))
+    data = compile_view.from_report(_quiet(noisy, torch.rand(8), kernels=False))
     labels = [n.label for n in data.nodes]
     item = labels.index("break GB0124: scale = y.mean().item()")
     before = [data.nodes[s].group for s, d in data.edges if d == item]

@@ -1,0 +1,108 @@
+"""What torch.compile and torch.export built, as graph_view data: the pictures of `compile_lens` reports and
+of ExportedPrograms (`compile_lens` records; this module only turns its records into nodes and edges).
+
+Example:
+    graph_view.show(compile_view.from_report(compile_lens.capture(fn, x)))
+    graph_view.show(compile_view.from_exported(torch.export.export(model, (x,))))
+"""
+from __future__ import annotations
+
+import torch
+
+from nbhelpers.compile_lens import CompileReport
+from nbhelpers.graph_view import GraphData, ViewNode
+
+__all__ = ["from_report", "from_exported"]
+
+
+def from_report(report: CompileReport) -> GraphData:
+    """The report as a graph_view.GraphData: source lines, FX graphs (one module box each, with the breaks
+    between them), and kernels. An edge runs from a line to the FX nodes it made, from an FX node to the
+    kernel that computes it, and from a graph through the break that ended it to the next graph. A click
+    lights up a node's links: a line's FX nodes, kernels and breaks; a kernel's FX nodes and their lines;
+    an FX node's line and kernel. A break's panel shows its code, explanation and hints."""
+    keys: list[tuple] = []                              # one per view node, in order
+    nodes: dict[tuple, dict] = {}
+
+    def add(key, label, kind, group, op="", notes=()):
+        keys.append(key)
+        nodes[key] = {"label": label, "kind": kind, "group": (group,), "op": op, "notes": tuple(notes),
+                      "links": set()}
+
+    def link(a, b):                                     # both ways: each lights the other up
+        nodes[a]["links"].add(b)
+        nodes[b]["links"].add(a)
+
+    made = [n.line for g in report.graphs for n in g.nodes] + [b.line for b in report.breaks]
+    for line in dict.fromkeys(line for line in made if line):
+        add(("line", line), line, "line", "source")
+    edges = []
+    for k, graph in enumerate(report.graphs):
+        for n in graph.nodes:
+            add((k, n.name), f"{n.name}: {n.target}" if n.op == "call_function" else n.name, "op",
+                f"graph {k} (entry {graph.entry})", f"{n.op} {n.shape}".strip())
+            if n.line:
+                edges.append((("line", n.line), (k, n.name)))
+                link(("line", n.line), (k, n.name))
+    for b in report.breaks:
+        key = ("break", b.code, b.line)
+        add(key, f"break {b.code}: {b.line}", "break", "breaks", f"{b.gb_type} (x{b.count})",
+            [("code", b.code), ("explanation", b.explanation), *(("hint", h) for h in b.hints),
+             *([("inside", b.where)] if b.where else []),
+             ("explain lists it", "yes" if b.in_explain else "no: the graph before it was empty")])
+        if ("line", b.line) in nodes:
+            link(key, ("line", b.line))
+        edges += _between(report, b.entry, key)
+    for kernel in report.kernels:
+        key = ("kernel", kernel.name)
+        add(key, kernel.name, "kernel", "kernels", "inductor kernel",
+            [("fuses", ", ".join(kernel.fx_nodes)), ("source", "\n".join(kernel.source.strip().splitlines()[:60]))])
+        for name in kernel.fx_nodes:
+            edges.append(((0, name), key))
+            link((0, name), key)
+            line = next(n.line for n in report.graphs[0].nodes if n.name == name)
+            if line:
+                link(key, ("line", line))
+    index = {key: i for i, key in enumerate(keys)}
+    view_nodes = tuple(ViewNode(v["label"], v["kind"], v["group"], op=v["op"], notes=v["notes"],
+                                links=tuple(sorted(index[k] for k in v["links"])))
+                       for v in (nodes[key] for key in keys))
+    return GraphData(view_nodes, tuple(dict.fromkeys((index[a], index[b]) for a, b in edges)),
+                     title="torch.compile, as built", targets_label="leads to")
+
+
+def _between(report: CompileReport, entry: str, key: tuple) -> list:
+    """Edges that draw a break between the graph its entry built (none if that graph was empty) and the
+    next graph compiled after it (entries are in the order Dynamo started them)."""
+    when = {e.id: t for t, e in enumerate(report.entries)}
+    edges = [((k, g.nodes[-1].name), key) for k, g in enumerate(report.graphs) if g.entry == entry]
+    later = [k for k, g in enumerate(report.graphs) if when.get(g.entry, -1) > when.get(entry, -1)]
+    if later:
+        edges.append((key, (later[0], report.graphs[later[0]].nodes[0].name)))   # its first input
+    return edges
+
+
+def from_exported(program) -> GraphData:
+    """An ExportedProgram's graph as graph_view data: its inputs (parameters and buffers, which export
+    lifts to graph inputs, and the user's inputs with their symbolic sizes' ranges) and its ATen ops; an
+    edge runs from a value to each node that uses it."""
+    signature = program.graph_signature
+    lifted = {**signature.inputs_to_parameters, **signature.inputs_to_buffers}
+    ranges = {str(symbol): f"{r.lower}..{r.upper}" for symbol, r in program.range_constraints.items()}
+    nodes, index = [], {}
+    for n in program.graph.nodes:
+        value = n.meta.get("val")
+        shape = [str(d) for d in value.shape] if isinstance(value, torch.Tensor) else []
+        where = ", ".join(f"{d} in {ranges[d]}" for d in shape if d in ranges)
+        if n.op == "placeholder":
+            label = f"{'parameter' if n.name in signature.inputs_to_parameters else 'buffer'} {lifted[n.name]}" \
+                if n.name in lifted else f"input {n.name} [{', '.join(shape)}]" + (f" ({where})" if where else "")
+            node = ViewNode(label, "input", ("inputs",))
+        else:
+            target = getattr(n.target, "__name__", str(n.target))
+            node = ViewNode(f"{n.name}: {target} [{', '.join(shape)}]" if shape else f"{n.name}: {target}",
+                            "op", ("graph",))
+        index[n] = len(nodes)
+        nodes.append(node)
+    edges = tuple((index[a], index[n]) for n in program.graph.nodes for a in n.all_input_nodes)
+    return GraphData(tuple(nodes), edges, title="torch.export", targets_label="used by")
