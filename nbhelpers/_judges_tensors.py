@@ -9,11 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nbhelpers import autograd_graph
-from nbhelpers._judging import call, exercise, first_disagreement, inputs, ops_run
-
-
-def _draw(g, low: int, high: int) -> int:
-    return int(torch.randint(low, high + 1, (1,), generator=g))
+from nbhelpers._judging import call, draw, exercise, first_disagreement, inputs, ops_run
 
 
 # 00 · environment
@@ -38,13 +34,13 @@ _DTYPES = (torch.float32, torch.float64, torch.int64, torch.bool, torch.float16)
 
 def _nested(g, depth: int):
     """A random batch: tensors (any dtype, size-0 and size-1 dims, views) and plain values, nested."""
-    kind = _draw(g, 0, 5) if depth else _draw(g, 0, 2)
+    kind = draw(g, 0, 5) if depth else draw(g, 0, 2)
     if kind <= 1:
-        t = torch.randn(tuple(_draw(g, 0, 3) for _ in range(_draw(g, 0, 3))), generator=g).to(_DTYPES[_draw(g, 0, 4)])
+        t = torch.randn(tuple(draw(g, 0, 3) for _ in range(draw(g, 0, 3))), generator=g).to(_DTYPES[draw(g, 0, 4)])
         return t.t() if t.dim() == 2 and kind == 1 else t
     if kind == 2:
-        return (None, 7, "digits", 2.5)[_draw(g, 0, 3)]
-    children = [_nested(g, depth - 1) for _ in range(_draw(g, 0, 3))]
+        return (None, 7, "digits", 2.5)[draw(g, 0, 3)]
+    children = [_nested(g, depth - 1) for _ in range(draw(g, 0, 3))]
     return {3: lambda c: {f"k{i}": v for i, v in enumerate(c)}, 4: list, 5: tuple}[kind](children)
 
 
@@ -114,14 +110,14 @@ def _storage_cases():
 
 def _random_view(g, x):
     """A random view of x (its name, the view), or a copy when the draw says so."""
-    choice = _draw(g, 0, 6)
+    choice = draw(g, 0, 6)
     return [("x[1:]", lambda: x[1:]), ("x.t()", lambda: x.t()), ("x[:, ::2]", lambda: x[:, ::2]),
             ("x.clone()", lambda: x.clone()), ("x[-1]", lambda: x[-1]), ("x.t().contiguous()", lambda: x.t().contiguous()),
             ("x.to(torch.float64)", lambda: x.to(torch.float64))][choice]
 
 
 def _random_pair(g, k):
-    x = torch.randn(_draw(g, 2, 6), _draw(g, 2, 6), generator=g)
+    x = torch.randn(draw(g, 2, 6), draw(g, 2, 6), generator=g)
     name_a, make_a = _random_view(g, x) if k % 2 else ("x", lambda: x)
     name_b, make_b = _random_view(g, x)
     return (name_a, make_a(), name_b, make_b())
@@ -160,15 +156,15 @@ def _element_offset(answer):
 
 
 def _random_indexed(g, k):
-    dims = _draw(g, 1, 4)
+    dims = draw(g, 1, 4)
     base = torch.arange(float(6 ** dims)).reshape(*[6] * dims).to((torch.float32, torch.int8, torch.float64)[k % 3])
     view, name = base, "base"
     if dims > 1 and k % 2:
         order = torch.randperm(dims, generator=g).tolist()
         view, name = view.permute(*order), f"base.permute{tuple(order)}"
-    start, step = _draw(g, 0, 2), _draw(g, 1, 3)
+    start, step = draw(g, 0, 2), draw(g, 1, 3)
     view, name = view[start::step], f"{name}[{start}::{step}]"
-    index = tuple(_draw(g, 0, size - 1) for size in view.shape)
+    index = tuple(draw(g, 0, size - 1) for size in view.shape)
     return (name, view, index)
 
 
@@ -176,11 +172,11 @@ def _random_indexed(g, k):
 
 def _random_graph(g, k):
     """A random chain of ops over 1-3 leaves (some without grad), reusing results (diamonds)."""
-    leaves = [torch.randn(3, generator=g, requires_grad=bool(j == 0 or _draw(g, 0, 1))) for j in range(_draw(g, 1, 3))]
+    leaves = [torch.randn(3, generator=g, requires_grad=bool(j == 0 or draw(g, 0, 1))) for j in range(draw(g, 1, 3))]
     values, ops = list(leaves), []
-    for step in range(_draw(g, 1, 6)):       # the first op uses the leaf that needs a gradient
-        a, b = values[-1 if step else 0], values[_draw(g, 0, len(values) - 1)]
-        op = _draw(g, 0, 3)
+    for step in range(draw(g, 1, 6)):       # the first op uses the leaf that needs a gradient
+        a, b = values[-1 if step else 0], values[draw(g, 0, len(values) - 1)]
+        op = draw(g, 0, 3)
         ops.append(("sin", "mul", "add", "exp")[op])
         values.append((a.sin(), a * b, a + b, (a * 0.1).exp())[op])
     return (f"a random graph of {' '.join(ops)} over {len(leaves)} leaves", sum(v.sum() for v in values[len(leaves):]))
@@ -207,7 +203,7 @@ def _count_nodes(answer):
 def _grad_without_accumulating(answer):
     losses = [("(v ** 3).sum()", lambda v: (v ** 3).sum()), ("(v.sin() * v).sum()", lambda v: (v.sin() * v).sum()),
               ("(2.5 * v ** 2).sum()", lambda v: (2.5 * v ** 2).sum())]
-    for k, w in enumerate(inputs(lambda g, k: torch.randn(tuple(_draw(g, 1, 4) for _ in range(k % 3)), generator=g,
+    for k, w in enumerate(inputs(lambda g, k: torch.randn(tuple(draw(g, 1, 4) for _ in range(k % 3)), generator=g,
                                                           dtype=(torch.float32, torch.float64)[k % 2]))):
         name, loss_fn = losses[k % len(losses)]
         w.requires_grad_()
@@ -241,10 +237,10 @@ class _TiedModel(nn.Module):
 
 def _random_model(g, k):
     """Layers with random sizes and biases, some frozen, one sometimes registered twice or tied."""
-    layers = [nn.Linear(_draw(g, 1, 9), _draw(g, 1, 9), bias=bool(_draw(g, 0, 1))) for _ in range(_draw(g, 1, 4))]
+    layers = [nn.Linear(draw(g, 1, 9), draw(g, 1, 9), bias=bool(draw(g, 0, 1))) for _ in range(draw(g, 1, 4))]
     layers += [nn.LayerNorm(3, elementwise_affine=bool(k % 2)), nn.BatchNorm1d(2)]
     for layer in layers:
-        if _draw(g, 0, 3) == 0:
+        if draw(g, 0, 3) == 0:
             layer.requires_grad_(False)
     if k % 3 == 0:
         layers.append(layers[0])                                    # one module, registered twice
@@ -298,7 +294,7 @@ def _normalize_buffers(answer):
           hint="nn.init.kaiming_normal_(layer.weight, nonlinearity='relu') gives std sqrt(2 / fan_in); "
                "then nn.init.zeros_(layer.bias); change the tensors in place")
 def _init_kaiming(answer):
-    sizes = [(2048, 512), *inputs(lambda g, k: ((256, 512, 1024)[k % 3], _draw(g, 64, 128)), 24)]
+    sizes = [(2048, 512), *inputs(lambda g, k: ((256, 512, 1024)[k % 3], draw(g, 64, 128)), 24)]
     for fan_in, fan_out in sizes:
         layer = nn.Linear(fan_in, fan_out)
         held = [(p, p.untyped_storage().data_ptr()) for p in (layer.weight, layer.bias)]
@@ -323,10 +319,10 @@ class _Sequences(torch.utils.data.Dataset):
     def __init__(self, seed: int, dtype=torch.float32):
         g = torch.Generator().manual_seed(seed)
         self.items = []
-        for _ in range(_draw(g, 1, 9)):
-            values = torch.randn(_draw(g, 0, 8), generator=g, dtype=dtype)
+        for _ in range(draw(g, 1, 9)):
+            values = torch.randn(draw(g, 0, 8), generator=g, dtype=dtype)
             values[::3] = 0.0                                              # a padding value inside the data
-            self.items.append((values, _draw(g, 0, 9)))
+            self.items.append((values, draw(g, 0, 9)))
 
     def __len__(self):
         return len(self.items)
@@ -362,7 +358,7 @@ def _pad_collate(answer):
 def _batches_per_epoch(answer):
     grid = [*itertools.product((0, 2, 9, 10), (3, 5), (False, True)),
             *itertools.product((1, 6, 7, 8, 14), (7,), (False, True)),
-            *inputs(lambda g, k: (_draw(g, 0, 10**6), _draw(g, 1, 1000), bool(k % 2)), 8), (10**12, 7, False)]
+            *inputs(lambda g, k: (draw(g, 0, 10**6), draw(g, 1, 1000), bool(k % 2)), 8), (10**12, 7, False)]
     cases = [(f"{n}, {size}, drop_last={drop}", (n, size, drop),
               len(torch.utils.data.DataLoader(range(n), batch_size=size, drop_last=drop))) for n, size, drop in grid]
     built = []
@@ -385,14 +381,14 @@ def _batches_per_epoch(answer):
 def _saver_model(g, k: int):
     """A random small network and its loss: linear and conv layers, activations that save their output."""
     if k % 3 == 2:
-        model = nn.Sequential(nn.Conv2d(1, _draw(g, 2, 6), 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(3))
-        x = torch.randn(_draw(g, 1, 4), 1, _draw(g, 5, 9), _draw(g, 5, 9), generator=g)
+        model = nn.Sequential(nn.Conv2d(1, draw(g, 2, 6), 3), nn.ReLU(), nn.Flatten(), nn.LazyLinear(3))
+        x = torch.randn(draw(g, 1, 4), 1, draw(g, 5, 9), draw(g, 5, 9), generator=g)
     else:
-        widths = [_draw(g, 2, 40) for _ in range(_draw(g, 2, 5))]
+        widths = [draw(g, 2, 40) for _ in range(draw(g, 2, 5))]
         layers = []
         for a, b in zip(widths, widths[1:]):
-            layers += [nn.Linear(a, b), (nn.ReLU(), nn.Tanh(), nn.Sigmoid())[_draw(g, 0, 2)]]
-        model, x = nn.Sequential(*layers), torch.randn(_draw(g, 1, 64), widths[0], generator=g)
+            layers += [nn.Linear(a, b), (nn.ReLU(), nn.Tanh(), nn.Sigmoid())[draw(g, 0, 2)]]
+        model, x = nn.Sequential(*layers), torch.randn(draw(g, 1, 64), widths[0], generator=g)
     return model(x).pow(2).mean()
 
 

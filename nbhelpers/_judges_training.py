@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import io
 from unittest import mock
 
 import torch
@@ -11,11 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nbhelpers import compilation, memory, mixed_precision
-from nbhelpers._judging import AnswerRaised, call, exercise, first_disagreement, inputs, wrong_keys
-
-
-def _draw(g, low: int, high: int) -> int:
-    return int(torch.randint(low, high + 1, (1,), generator=g))
+from nbhelpers._judging import AnswerRaised, call, draw, exercise, first_disagreement, inputs, wrong_keys
 
 
 # 05 · torch.compile
@@ -59,7 +56,7 @@ def _one_graph(answer):
         return "answer with a dict of torch.compile keyword arguments, without 'backend'"
     with compilation.watch_compiles() as log:
         compiled = call(torch.compile, _sin_of_double, backend="eager", **answer)
-        drawn = inputs(lambda g, k: _draw(g, 2, 4096), 22)        # sizes 0 and 1 are always specialised
+        drawn = inputs(lambda g, k: draw(g, 2, 4096), 22)        # sizes 0 and 1 are always specialised
         for n in (8, 16, 32, *drawn):
             x = torch.randn(n)
             if not torch.allclose(call(compiled, x), _sin_of_double(x), atol=1e-4):
@@ -112,8 +109,8 @@ def _scaled_step(answer):
 def _scaled_step_problem(answer):
     for k in range(25):
         g = torch.Generator().manual_seed(k)
-        model = nn.Linear(_draw(g, 2, 8), _draw(g, 2, 8))
-        x, y = torch.randn(_draw(g, 2, 8), model.in_features, generator=g), None
+        model = nn.Linear(draw(g, 2, 8), draw(g, 2, 8))
+        x, y = torch.randn(draw(g, 2, 8), model.in_features, generator=g), None
         y = torch.randn(len(x), model.out_features, generator=g)
         make = [lambda ps: torch.optim.SGD(ps, lr=0.1), lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
                 lambda ps: torch.optim.SGD(ps, lr=0.1, weight_decay=0.01)][k % 3]
@@ -149,7 +146,7 @@ def _shard(answer):
     cases = [(f"{n}, rank={rank}, world_size={world}", (n, rank, world),
               list(sampler(range(n), num_replicas=world, rank=rank, shuffle=False)))
              for n, world in ((10, 3), (8, 4), (3, 4), (1, 4), (2, 8), (0, 2),
-                              *inputs(lambda g, k: (lambda w: (_draw(g, 0, 3 * w), w))(_draw(g, 1, 8)), 6))
+                              *inputs(lambda g, k: (lambda w: (draw(g, 0, 3 * w), w))(draw(g, 1, 8)), 6))
              for rank in range(world)]
     return first_disagreement(lambda *args: list(call(answer, *args)), cases,
                                "shard({label}) gave {said}, expected {truth}")
@@ -162,8 +159,8 @@ def _accumulate(answer):
     for k in range(25):
         g = torch.Generator().manual_seed(k)
         micro_batches = (1, 2, 3, 4, 6, 8)[k % 6]
-        model = nn.Linear(_draw(g, 2, 16), _draw(g, 2, 10))
-        x = torch.randn(micro_batches * _draw(g, 1, 5), model.in_features, generator=g)
+        model = nn.Linear(draw(g, 2, 16), draw(g, 2, 10))
+        x = torch.randn(micro_batches * draw(g, 1, 5), model.in_features, generator=g)
         if k % 2:
             loss_fn, y = F.mse_loss, torch.randn(len(x), model.out_features, generator=g)
         else:
@@ -193,11 +190,11 @@ def _record_loss(answer):
     history = [0.5, 0.25]                             # a history that already has entries
     for k in range(25):
         g = torch.Generator().manual_seed(k)
-        width = _draw(g, 4, 32)
+        width = draw(g, 4, 32)
         model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
         watch = memory.track() if k < 3 else contextlib.nullcontext()   # gc.collect is slow: three suffice
         with watch as kept:
-            loss = model(torch.randn(_draw(g, 1, 64), width, generator=g)).pow(2).mean()
+            loss = model(torch.randn(draw(g, 1, 64), width, generator=g)).pow(2).mean()
             value = loss.item()
             call(answer, history, loss)
             del loss
@@ -238,7 +235,7 @@ def _checkpointed(answer):
         width, dtype = (8, 16, 32, 64, 128)[k % 5], (torch.float64 if k % 4 == 3 else torch.float32)
         blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.Tanh())
                                for _ in range(1 + k % 6)).to(dtype)
-        x = torch.randn(_draw(g, 1, 64), width, generator=g, dtype=dtype, requires_grad=True)
+        x = torch.randn(draw(g, 1, 64), width, generator=g, dtype=dtype, requires_grad=True)
         plain_bytes, want = _kept_bytes(nn.Sequential(*blocks), x)
         want.sum().backward()
         grads, x_grad = [p.grad.clone() for p in blocks.parameters()], x.grad.clone()
@@ -270,10 +267,7 @@ def _scale_by_mean(x):
           hint="GB0124 is 'Unsupported Tensor.item() call': keep the mean a tensor (x * x.mean()); the print "
                "(GB0059) is a log line you want, so leave it")
 def _remove_gb0124(answer):
-    import contextlib
-    import io
-
-    from nbhelpers import compile_lens
+    from nbhelpers import compile_lens      # imports torch._dynamo: only when this exercise is graded
 
     for x in inputs(lambda g, k: torch.randn(1 + k % 9, generator=g, dtype=(torch.float32, torch.float64)[k % 2])):
         printed = io.StringIO()

@@ -80,6 +80,11 @@ def first_line(e: BaseException, limit: int = 160) -> str:
     return f"{type(e).__name__}: {text[:limit]}" if text else type(e).__name__
 
 
+def draw(g: torch.Generator, low: int, high: int) -> int:
+    """One integer from low to high, both included, from the judge's generator."""
+    return int(torch.randint(low, high + 1, (1,), generator=g))
+
+
 def inputs(make, n: int = INPUTS, seed: int = 0) -> list:
     """`n` inputs from the judge's own seeded generator, `make(generator, k)` each: the same on every machine
     and in every call, and independent of the learner's random state."""
