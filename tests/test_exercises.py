@@ -7,10 +7,11 @@ import nbformat
 import pytest
 import torch
 
-from nbhelpers import _judging, exercises
+from nbhelpers import exercises
+from nbhelpers.exercises import registry
 from tests.exercise_solutions import CASES, MORE_WRONG, RULE_BREAKERS
 
-IDS = sorted(_judging.EXERCISES)
+IDS = sorted(registry.EXERCISES)
 VALUE_ANSWERS = {id for id, (solution, _, _) in CASES.items() if not callable(solution)}  # dicts, not code
 NOTEBOOKS = sorted(Path(__file__).parent.parent.joinpath("notebooks").glob("[0-9][0-9]_*.ipynb"))
 CHECK_CALL = re.compile(r'exercises\.check\("(\d\d)\.(\d)"')
@@ -198,3 +199,28 @@ def test_a_stated_rule_is_checked_not_trusted(exercise):
     breaker, rule = RULE_BREAKERS[exercise]
     verdict = exercises.grade(exercise, breaker)
     assert not verdict.passed and rule in verdict.problem, str(verdict)
+
+
+JUDGE_MODULES = sorted(name for name in {e.judge.__module__ for e in registry.EXERCISES.values()})
+
+
+@pytest.mark.parametrize("module", JUDGE_MODULES)
+def test_each_judge_module_names_the_exercises_it_judges(module):
+    """The exercises are grouped by idea, not by notebook: a module's docstring is where a maintainer
+    finds which ids it holds, so it must list exactly those."""
+    import importlib
+
+    doc = importlib.import_module(module).__doc__
+    mine = {id for id, e in registry.EXERCISES.items() if e.judge.__module__ == module}
+    assert set(re.findall(r"\b\d\d\.\d\b", doc)) == mine, module
+
+
+def test_the_judges_live_in_the_subpackage_beside_the_registry():
+    assert {m.rsplit(".", 1)[0] for m in JUDGE_MODULES} == {"nbhelpers.exercises"}
+    assert "nbhelpers.exercises.registry" not in JUDGE_MODULES
+
+
+def test_an_exercise_id_cannot_be_registered_twice():
+    with pytest.raises(ValueError, match=r"exercise 03\.1 is registered twice .*: give the new one the next free id"):
+        registry.exercise("03.1", "a copy", hint="")(lambda answer: None)
+    assert registry.EXERCISES["03.1"].title == "count the parameters an optimizer will train"

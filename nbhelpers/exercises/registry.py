@@ -1,11 +1,25 @@
-"""The machinery behind `exercises`: a registry of judges, and calling the learner's code so that its
-errors become FAIL lines while a fault in a judge still raises."""
+"""The exercises' registry and its mechanism: judges register with `@exercise`, `grade` runs one on an
+answer and returns a `Verdict`; the rest is the kit a judge is written with.
+
+A judge takes the learner's answer and returns what is wrong with it, or None. It calls the learner's code
+only through `call`, so that the learner's errors become FAIL lines (`AnswerRaised`, or `Unanswered` for the
+notebook's stub) while a fault in the judge itself still raises. It draws its cases with `inputs` (at least
+`INPUTS` of them, from its own seeded generator) and `draw`, and compares with the installed torch, which is
+the oracle: expected values are computed by torch on the judge's own inputs, never typed in.
+
+For judges: exercise, call, inputs, draw, first_disagreement, wrong_keys, ops_run, is_stub, first_line,
+Unanswered, AnswerRaised. For the package's front (`nbhelpers.exercises`): EXERCISES, grade, Verdict,
+NOT_ANSWERED.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+
+__all__ = ["EXERCISES", "INPUTS", "NOT_ANSWERED", "AnswerRaised", "Exercise", "Unanswered", "Verdict", "call", "draw",
+           "exercise", "first_disagreement", "first_line", "grade", "inputs", "is_stub", "ops_run", "wrong_keys"]
 
 INPUTS = 25                               # every judge checks an answer on at least this many inputs
 NOT_ANSWERED = "not answered yet: replace the `...` or the `raise NotImplementedError` with your answer"
@@ -24,10 +38,50 @@ EXERCISES: dict[str, Exercise] = {}
 
 
 def exercise(id: str, title: str, hint: str):
+    """Register the decorated judge for exercise `id` ("03.1": notebook 03's first)."""
     def register(judge):
+        if id in EXERCISES:
+            raise ValueError(f"exercise {id} is registered twice ({EXERCISES[id].judge.__qualname__} and "
+                             f"{judge.__qualname__}): give the new one the next free id")
         EXERCISES[id] = Exercise(id, title, hint, judge)
         return judge
     return register
+
+
+@dataclass(frozen=True)
+class Verdict:
+    exercise: str
+    title: str
+    passed: bool
+    problem: str      # what is wrong; '' when passed
+    hint: str         # '' when passed or not answered yet
+
+    def __str__(self) -> str:
+        if self.passed:
+            return f"PASS {self.exercise} · {self.title}"
+        hint = f" Hint: {self.hint}" if self.hint else ""
+        return f"FAIL {self.exercise} · {self.title}: {self.problem}.{hint}"
+
+
+def grade(exercise: str, answer) -> Verdict:
+    """Judge `answer` for `exercise` (an id such as "03.1") and return the verdict as data. Judging runs under
+    a forked RNG and with grad enabled, so it neither changes the learner's random state nor depends on it."""
+    if exercise not in EXERCISES:
+        raise ValueError(f"no exercise {exercise!r}; the exercises are {', '.join(sorted(EXERCISES))}")
+    ex = EXERCISES[exercise]
+    try:
+        if answer is Ellipsis or (isinstance(answer, dict) and any(v is Ellipsis for v in answer.values())):
+            raise Unanswered
+        with torch.random.fork_rng(devices=[]), torch.enable_grad():
+            torch.manual_seed(0)
+            problem = ex.judge(answer)
+    except Unanswered:
+        problem = NOT_ANSWERED
+    except AnswerRaised as e:
+        problem = f"your code raised {first_line(e.args[0])}"
+    # the hint comes after an attempt: printed under a blank exercise it would give the answer away
+    hint = ex.hint if problem and problem != NOT_ANSWERED else ""
+    return Verdict(ex.id, ex.title, problem is None, problem or "", hint)
 
 
 class AnswerRaised(Exception):
