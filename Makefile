@@ -21,7 +21,7 @@ LAB_FLAGS := --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.port_
 	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 	--LabApp.extension_manager=readonly $(ROOT_FLAG)
 
-.PHONY: setup lab test execute html doctor claims trace clean
+.PHONY: setup lab test coverage execute html doctor claims trace clean
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -40,6 +40,14 @@ lab: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check nbhelpers tests conftest.py
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Line coverage of nbhelpers from the whole suite: the unit tests and every notebook's kernel (and the
+# processes those start), combined; the figure is in the README. Not part of `make test` (it is slower).
+COVERAGE_DIR := build/coverage
+coverage: $(STAMP)
+	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
+	COVERAGE_FILE=$(CURDIR)/$(COVERAGE_DIR)/.coverage $(PY) -m pytest --cov=nbhelpers --cov-config=pyproject.toml \
+		--cov-report=term $(PYTEST_ARGS)
 
 # Re-execute notebooks in place to refresh their stored outputs: make execute [NB=notebooks/00_environment.ipynb]
 execute: $(STAMP)
