@@ -38,78 +38,14 @@ import io
 import json
 import logging
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
-__all__ = ["capture", "capture_calls", "registry"]   # they return a CompileReport; compile_view draws it
+from nbhelpers.compile_report import Break, CompileReport, Entry, FxGraph, FxNode, Guard, Kernel
 
-
-@dataclass(frozen=True)
-class FxNode:
-    name: str
-    op: str                    # placeholder, call_function, call_method, call_module, get_attr, output
-    target: str
-    shape: str                 # of the traced value, "" when it is not a tensor
-    line: str                  # the user's source line that made it ("" for inputs and outputs)
-    source: str = ""           # in an AOTAutograd graph: the Dynamo FX node it was made from (meta["from_node"])
-
-
-@dataclass(frozen=True)
-class FxGraph:
-    nodes: tuple[FxNode, ...]
-    entry: str = ""                      # the compiled entry it belongs to (see Entry.id)
-    forward: tuple[FxNode, ...] = ()     # AOTAutograd's forward graph, in ATen ops
-    backward: tuple[FxNode, ...] = ()    # and its backward graph; () when no input needs a gradient
-
-
-@dataclass(frozen=True)
-class Guard:
-    kind: str                  # TENSOR_MATCH, ID_MATCH, SHAPE_ENV, GLOBAL_STATE, ...
-    check: str                 # the check, as Dynamo prints it
-    line: str                  # the user's line that made Dynamo add it ("" for the ambient ones)
-
-
-@dataclass(frozen=True)
-class Entry:
-    """One compiled version of one code object: what Dynamo's cache holds and checks before reuse."""
-
-    id: str                    # Dynamo's compile id: "0/1" is frame 0's second compile (a recompile)
-    function: str              # the code compiled: the user's function, or a resume function after a break
-    call: int                  # the call (an index into capture_calls' `calls`) that compiled it
-    guards: tuple[Guard, ...]
-    failed: tuple[str, ...]    # on a recompile: the guard each earlier entry failed, as Dynamo words it
-
-
-@dataclass(frozen=True)
-class Break:
-    code: str                  # GBxxxx from the installed registry ("" if the reason is not in it)
-    gb_type: str
-    line: str                  # the user's line where the graph broke
-    count: int                 # how often it broke there
-    explanation: str
-    hints: tuple[str, ...]
-    where: str = ""            # the break's own place when it lies inside torch, e.g. torch/optim/optimizer.py:78
-    in_explain: bool = True    # a graph ended here, so explain lists it; False after an empty graph
-    entry: str = ""            # the compiled entry it first happened in
-
-
-@dataclass(frozen=True)
-class Kernel:
-    name: str                  # e.g. cpp_fused_relu_0
-    source: str                # its generated C++ (CPU) or Triton (GPU) source
-    fx_nodes: tuple[str, ...]  # the FX nodes it covers
-    lines: tuple[str, ...]     # the user's lines they came from
-
-
-@dataclass(frozen=True)
-class CompileReport:
-    graphs: tuple[FxGraph, ...]
-    breaks: tuple[Break, ...]  # one per distinct (code, user line), in the order first met
-    kernels: tuple[Kernel, ...]
-    entries: tuple[Entry, ...] = ()
+__all__ = ["capture", "capture_calls", "registry"]   # they return a compile_report.CompileReport; compile_view draws it
 
 
 @functools.cache

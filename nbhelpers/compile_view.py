@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from nbhelpers.compile_lens import CompileReport
+from nbhelpers.compile_report import CompileReport
 from nbhelpers.graph_view import GraphData, ViewNode
 
 __all__ = ["from_report", "from_exported"]
