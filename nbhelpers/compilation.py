@@ -1,5 +1,5 @@
-"""Watching torch.compile work: can inductor run here, what each backend costs, where graphs break,
-why code recompiles, and what a cold compile cache costs.
+"""Watching torch.compile work: can inductor run here, what each backend costs, where graphs break, and
+why code recompiles (what a cold compile cache costs is `compile_cache`).
 
 Every helper that compiles starts from `torch.compiler.reset()` and resets again on exit, so one
 experiment never inherits another's graphs, guards or automatic-dynamic decisions.
@@ -13,16 +13,10 @@ Example:
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
-import subprocess
-import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
@@ -30,8 +24,7 @@ import torch
 from nbhelpers import devices
 
 __all__ = ["Preflight", "preflight", "BackendResult", "compare_backends", "render_results", "GraphBreak",
-           "Breaks", "find_breaks", "CompileLog", "watch_compiles", "cache_dir", "CacheTiming",
-           "time_cold_and_warm"]
+           "Breaks", "find_breaks", "CompileLog", "watch_compiles"]
 
 _NEEDS = {"cpu": ("TorchDynamo", "C++ compiler (inductor)"), "cuda": ("TorchDynamo", "Triton")}
 
@@ -165,57 +158,6 @@ def watch_compiles() -> Iterator[CompileLog]:
         log.recompiles = [r.split("  #")[0].strip() for reasons in guard_failures.values() for r in reasons]
         log.warnings = [m.splitlines()[0] for m in messages]
         torch.compiler.reset()
-
-
-def cache_dir() -> Path:
-    """Where inductor keeps its on-disk caches here: $TORCHINDUCTOR_CACHE_DIR, else
-    <tempdir>/torchinductor_<user>."""
-    from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
-
-    return Path(inductor_cache_dir())
-
-
-@dataclass(frozen=True)
-class CacheTiming:
-    """First-call seconds of the same compile in two fresh processes sharing one new cache dir."""
-
-    cold_s: float
-    warm_s: float
-    cold_counters: dict
-    warm_counters: dict
-
-
-def time_cold_and_warm(timeout_s: float = 300.0) -> CacheTiming:
-    """Compile a 784-128-10 MLP's forward with inductor in a fresh process, twice, with one new empty
-    cache directory: the first process finds nothing (cold), the second reuses what the first wrote."""
-    with tempfile.TemporaryDirectory(prefix="inductor-cache-") as tmp:
-        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tmp)
-        runs = [_run_probe(env, timeout_s) for _ in range(2)]
-    return CacheTiming(runs[0]["first_call_s"], runs[1]["first_call_s"], runs[0]["inductor"],
-                       runs[1]["inductor"])
-
-
-def _run_probe(env: dict, timeout_s: float) -> dict:
-    command = [sys.executable, "-c", "from nbhelpers.compilation import _cache_probe; _cache_probe()"]
-    try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as e:  # run() has killed the child already
-        raise RuntimeError(f"the cache probe took over {timeout_s} s; raise timeout_s on a slow machine") from e
-    if done.returncode != 0:
-        raise RuntimeError(f"the cache probe failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def _cache_probe() -> None:
-    torch.manual_seed(0)                 # a model of its own: an instrument imports no lesson module
-    compiled = torch.compile(torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(),
-                                                 torch.nn.Linear(128, 10)).eval())
-    x = torch.rand(64, 784)
-    start = time.perf_counter()
-    with torch.no_grad():
-        compiled(x)
-    seconds = time.perf_counter() - start
-    print(json.dumps({"first_call_s": seconds, "inductor": dict(_dynamo_stats()[0]["inductor"])}))
 
 
 def _measure(fn, args, backend, mode, device, min_run_time, baseline) -> BackendResult:

@@ -226,8 +226,9 @@ def test_the_readme_table_lists_every_checked_instrument_and_where_it_is_used():
         assert where.split(", ") == sorted(using), instrument
 
 
-INSTRUMENTS = ("storage", "autograd_graph", "memory", "compilation", "profiling", "compile_lens", "compile_view",
-               "graph_view", "graph_layout", "graph_diff", "module_scope", "ddp_timeline")
+INSTRUMENTS = ("storage", "autograd_graph", "memory", "compilation", "compile_cache", "profiling",
+               "compile_lens", "compile_report", "compile_view", "graph_view", "graph_layout", "graph_diff",
+               "module_scope", "ddp_timeline")
 LESSONS = {"models", "training", "ddp_workers", "ddp_train", "data", "misclassification", "loader_timing",
            "mixed_precision", "exercises"}
 
