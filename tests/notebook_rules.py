@@ -166,13 +166,13 @@ def _cell_output_problems(i: int, cell) -> list[str]:
 # instrument and from a call of the official tool. Comments, imports, bare references and asserts that
 # compare nothing do not count.
 AGREEMENTS = {
-    "memory.track": {"memory.track", "memory.against_memtracker"},
+    "memory.track": {"memory.track", "memory_agreement.against_memtracker"},
     "memory.saved_bytes_by_module": {"memory.saved_bytes_by_module"},
     "compile_lens.capture": {"compile_lens.capture", "compile_lens.capture_calls"},
     "profiling.work": {"profiling.work", "profiling.regime"},
 }
 OFFICIAL = {
-    "memory.track": {"memory.against_memtracker", "DebugMode"},            # MemTracker runs inside the former
+    "memory.track": {"memory_agreement.against_memtracker", "DebugMode"},  # MemTracker runs inside the former
     "memory.saved_bytes_by_module": {"autograd_graph.trace"},              # reads each grad_fn's _saved_* attributes
     "compile_lens.capture": {"torch._dynamo.explain"},
     "profiling.work": {"FlopCounterMode"},

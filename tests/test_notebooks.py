@@ -209,7 +209,7 @@ def test_the_agreement_rule_fails_without_the_assert_and_is_not_fooled_by_decora
                                    "assert profiling.work(lambda: None).flops == FlopCounterMode.__name__.count('x')\n")
     assert any(p.startswith("profiling.work is used") for p in notebook_rules.agreement_problems(decorated))
     unchecked = _read(REPO / "notebooks" / "08_memory_diagnosis.ipynb")       # without its MemTracker cell
-    unchecked.cells = [c for c in unchecked.cells if "memory.against_memtracker(" not in c.source]
+    unchecked.cells = [c for c in unchecked.cells if "memory_agreement.against_memtracker(" not in c.source]
     assert any(p.startswith("memory.track is used") for p in notebook_rules.agreement_problems(unchecked))
 
 
@@ -226,7 +226,7 @@ def test_the_readme_table_lists_every_checked_instrument_and_where_it_is_used():
         assert where.split(", ") == sorted(using), instrument
 
 
-INSTRUMENTS = ("storage", "autograd_graph", "memory", "compilation", "compile_cache", "profiling",
+INSTRUMENTS = ("storage", "autograd_graph", "memory", "memory_agreement", "compilation", "compile_cache", "profiling",
                "compile_lens", "compile_report", "compile_view", "graph_view", "graph_layout", "graph_diff",
                "module_scope", "ddp_timeline")
 LESSONS = {"models", "training", "ddp_workers", "ddp_train", "data", "misclassification", "loader_timing",

@@ -1,0 +1,102 @@
+"""`memory.track` checked against torch's own tracker, MemTracker (torch/distributed/_tools/mem_tracker.py):
+one training step under each, the two peaks compared category by category, and every difference
+accounted for in bytes. `track` counts only storages made inside its block, by design; MemTracker also
+counts what the model and optimizer held before it (parameters, buffers, optimizer state), so those are
+the bytes that account for the differences.
+
+Example:
+    rows = memory_agreement.against_memtracker(lambda: train_step(x, y), model, optimizer)
+    assert all(row.agrees for row in rows)
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from nbhelpers import memory
+
+__all__ = ["Agreement", "against_memtracker"]
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """One MemTracker category at its peak against `track`'s at its peak, and the bytes that account for
+    the difference: what existed before the block, which `track` does not count by design."""
+
+    category: str              # MemTracker's (torch/distributed/_tools/mem_tracker.py, _MemRefType)
+    memtracker: int
+    ours: int
+    accounted: int
+    accounted_for: str         # what the accounted bytes are
+
+    @property
+    def agrees(self) -> bool:
+        return self.memtracker == self.ours + self.accounted
+
+
+def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
+                       optimizer: torch.optim.Optimizer) -> tuple[Agreement, ...]:
+    """Run `step()` (one training step of `model` with `optimizer`) three times: once so the optimizer's
+    state exists, once under torch's MemTracker (`track_external(model, optimizer)`), once under `track`,
+    each of the last two after `optimizer.zero_grad()`, so that no gradient from an earlier step is held;
+    compare the two peaks category by category. MemTracker files a gradient under Temp until it is
+    accumulated into `.grad`, and `track` by what it is at the end, so those two are compared together.
+    """
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    step()
+    optimizer.zero_grad(set_to_none=True)
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer)
+    with tracker:
+        step()
+    (snapshot,) = tracker.get_tracker_snapshot("peak").values()        # one device
+    mt = {str(getattr(k, "value", k)): v for k, v in snapshot.items()}
+    optimizer.zero_grad(set_to_none=True)
+    before = _held_before(model, optimizer)
+    with memory.track() as ours:
+        step()
+    named = {"gradients": [p.grad for p in model.parameters()]}
+    series = memory.timeline(ours, named).bytes_by_category
+    total = [sum(values) for values in zip(*series.values())] or [0]
+    peak = {name: values[total.index(max(total))] for name, values in series.items()} if series else {}
+    earlier = defaultdict(int)                      # made before, first returned as a view in this phase
+    for key, (nbytes, phase) in ours.earlier.items():
+        if key not in before["keys"]:
+            earlier[phase] += nbytes
+    return (
+        Agreement("Parameter", mt["Parameter"], 0, before["Parameter"], "the parameters, held from before the block"),
+        Agreement("Buffer", mt["Buffer"], 0, before["Buffer"], "the buffers, held from before the block"),
+        Agreement("Optstate", mt["Optstate"], peak.get("optimizer step", 0), before["Optstate"] + earlier["optimizer"],
+                  "the optimizer's state, held from before (both count the step's temporaries)"),
+        Agreement("Activation", mt["Activation"], peak.get("activations & other forward", 0), earlier["forward"],
+                  "tensors from before the block that forward returned a view of"),
+        Agreement("Gradient + Temp", mt["Gradient"] + mt["Temp"],
+                  peak.get("gradients", 0) + peak.get("backward temporaries", 0), earlier["backward"],
+                  "tensors from before the block that backward returned a view of"),
+        Agreement("Total", mt["Total"], ours.peak_bytes,
+                  sum(before[k] for k in ("Parameter", "Buffer", "Optstate")) + sum(earlier.values()),
+                  "the rows above"),
+    )
+
+
+def _held_before(model, optimizer) -> dict:
+    """Bytes of the storages the model and optimizer hold, by MemTracker's category, counting each storage once."""
+    keys: set[int] = set()
+
+    def once(tensors) -> int:
+        total = 0
+        for t in tensors:
+            key = t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) else None   # track's key
+            if key is not None and key not in keys:
+                keys.add(key)
+                total += t.untyped_storage().nbytes()
+        return total
+
+    params = list(model.parameters())
+    held = {"Parameter": once(params), "Buffer": once(model.buffers()),
+            "Optstate": once(t for state in optimizer.state.values() for t in state.values())}
+    return {**held, "keys": keys}
