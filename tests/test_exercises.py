@@ -216,8 +216,25 @@ def test_each_judge_module_names_the_exercises_it_judges(module):
 
 
 def test_the_judges_live_in_the_subpackage_beside_the_registry():
-    assert {m.rsplit(".", 1)[0] for m in JUDGE_MODULES} == {"nbhelpers.exercises"}
-    assert "nbhelpers.exercises.registry" not in JUDGE_MODULES
+    """Every module of the subpackage but the registry holds judges, and importing the package registers
+    them all (a judge module the package forgot to import would register nothing)."""
+    import pkgutil
+
+    files = {f"nbhelpers.exercises.{m.name}" for m in pkgutil.iter_modules(exercises.__path__)}
+    assert files - {"nbhelpers.exercises.registry"} == set(JUDGE_MODULES)
+
+
+def test_reloading_a_judge_module_registers_its_judges_again():
+    import importlib
+
+    before = dict(registry.EXERCISES)
+    try:
+        importlib.reload(importlib.import_module("nbhelpers.exercises.modules"))
+        assert registry.EXERCISES["03.1"].judge is not before["03.1"].judge
+        assert set(registry.EXERCISES) == set(before)
+    finally:
+        registry.EXERCISES.clear()
+        registry.EXERCISES.update(before)
 
 
 def test_an_exercise_id_cannot_be_registered_twice():

@@ -1,12 +1,12 @@
 """Checked exercises: each notebook ends with two or three, and `check` prints one PASS or FAIL line.
 
 The public calls are `check`, `grade` and `progress`. A judge runs the learner's answer on the installed
-torch, on the CPU and on at least 25 inputs of its own, so a verdict is the same on every machine.
-`registry` holds the mechanism (registering a judge, grading, the kit judges are written with); the judges
-are grouped by the idea they test, each module naming its exercises: tensors (00, 01), graphs (02, 08,
-12.2), modules (03, 10.2), batches (04, 07), compiler (05, 10.3, 11), low_precision (06), profiler (09) and
-failures (10.1, 12.1). Reference solutions and wrong answers are in tests/exercise_solutions.py; the tests
-prove each exercise can be passed and can be failed.
+torch, on the CPU and on inputs of its own (at least 25 for an answer that is code), so a verdict is the
+same on every machine. `registry` holds the mechanism (registering a judge, grading, the kit judges are
+written with); the judges are grouped by the idea they test, in tensors, autograd, modules, batches,
+compiler, low_precision, profiler and failures, each module's docstring naming its exercises. Reference
+solutions and wrong answers are in tests/exercise_solutions.py; the tests prove each exercise can be passed
+and can be failed.
 
 `check` also remembers the latest verdict of each exercise in this process, so that `progress()` can say,
 for each notebook with a checked exercise, how many passed, failed and are still unanswered.
@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 # importing the judges registers them
-from nbhelpers.exercises import batches, compiler, failures, graphs, low_precision, modules, profiler, tensors  # noqa: F401
+from nbhelpers.exercises import autograd, batches, compiler, failures, low_precision, modules, profiler, tensors  # noqa: F401
 from nbhelpers.exercises.registry import EXERCISES, NOT_ANSWERED, Verdict, grade
 
 __all__ = ["Verdict", "grade", "check", "progress"]

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nbhelpers.exercises.registry import call, draw, exercise, first_disagreement, inputs
+from nbhelpers.exercises.registry import INPUTS, call, draw, exercise, first_disagreement, inputs
 
 
 # notebook 04 · collate and count
@@ -97,7 +97,7 @@ def _shard(answer):
           hint="the loss is a mean over the batch: divide each micro-batch's loss by the number of "
                "micro-batches before backward, so the summed gradients equal the full batch's")
 def _accumulate(answer):
-    for k in range(25):
+    for k in range(INPUTS):
         g = torch.Generator().manual_seed(k)
         micro_batches = (1, 2, 3, 4, 6, 8)[k % 6]
         model = nn.Linear(draw(g, 2, 16), draw(g, 2, 10))

@@ -2,14 +2,16 @@
 answer and returns a `Verdict`; the rest is the kit a judge is written with.
 
 A judge takes the learner's answer and returns what is wrong with it, or None. It calls the learner's code
-only through `call`, so that the learner's errors become FAIL lines (`AnswerRaised`, or `Unanswered` for the
-notebook's stub) while a fault in the judge itself still raises. It draws its cases with `inputs` (at least
-`INPUTS` of them, from its own seeded generator) and `draw`, and compares with the installed torch, which is
-the oracle: expected values are computed by torch on the judge's own inputs, never typed in.
+through `call`, so that the learner's errors become FAIL lines (`AnswerRaised`, or `Unanswered` for the
+notebook's stub) while a fault in the judge itself still raises; the exceptions are the judges that must see
+the learner's own exception (10.1: a failed save must raise) or hand the answer to torch (11.1: opcheck
+calls the registered fake). A judge of code draws at least `INPUTS` cases from generators seeded by the
+judge (`inputs`, `draw`, or `INPUTS` seeds of its own); the judges of tables (06.1, 12.1) compare the table
+whole. Expected values are computed by the installed torch on the judge's own inputs, never typed in.
 
-For judges: exercise, call, inputs, draw, first_disagreement, wrong_keys, ops_run, is_stub, first_line,
-Unanswered, AnswerRaised. For the package's front (`nbhelpers.exercises`): EXERCISES, grade, Verdict,
-NOT_ANSWERED.
+For judges: exercise, INPUTS, call, inputs, draw, first_disagreement, wrong_keys, ops_run, is_stub,
+first_line, Unanswered, AnswerRaised. For the package's front (`nbhelpers.exercises`): EXERCISES, Exercise,
+grade, Verdict, NOT_ANSWERED.
 """
 from __future__ import annotations
 
@@ -40,7 +42,9 @@ EXERCISES: dict[str, Exercise] = {}
 def exercise(id: str, title: str, hint: str):
     """Register the decorated judge for exercise `id` ("03.1": notebook 03's first)."""
     def register(judge):
-        if id in EXERCISES:
+        known = EXERCISES.get(id)
+        # the same judge again is a reload of its module (importlib.reload, %autoreload), not a clash
+        if known and (known.judge.__module__, known.judge.__qualname__) != (judge.__module__, judge.__qualname__):
             raise ValueError(f"exercise {id} is registered twice ({EXERCISES[id].judge.__qualname__} and "
                              f"{judge.__qualname__}): give the new one the next free id")
         EXERCISES[id] = Exercise(id, title, hint, judge)

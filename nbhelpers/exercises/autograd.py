@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from nbhelpers import autograd_graph, memory
-from nbhelpers.exercises.registry import call, draw, exercise, first_disagreement, inputs
+from nbhelpers.exercises.registry import INPUTS, call, draw, exercise, first_disagreement, inputs
 
 
 # notebook 02 · the nodes backward runs
@@ -104,7 +104,7 @@ def _largest_saver(answer):
                "whole graph and its saved activations alive")
 def _record_loss(answer):
     history = [0.5, 0.25]                             # a history that already has entries
-    for k in range(25):
+    for k in range(INPUTS):
         g = torch.Generator().manual_seed(k)
         width = draw(g, 4, 32)
         model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
@@ -146,7 +146,7 @@ def _kept_bytes(forward, x) -> tuple[int, torch.Tensor]:
           hint="wrap each block in torch.utils.checkpoint.checkpoint(block, h, use_reentrant=False): "
                "only the block's input is kept, and its inside is recomputed during backward")
 def _checkpointed(answer):
-    for k in range(25):
+    for k in range(INPUTS):
         g = torch.Generator().manual_seed(k)
         width, dtype = (8, 16, 32, 64, 128)[k % 5], (torch.float64 if k % 4 == 3 else torch.float32)
         blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width), nn.Tanh())
