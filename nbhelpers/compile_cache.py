@@ -24,7 +24,8 @@ __all__ = ["cache_dir", "CacheTiming", "time_cold_and_warm"]
 
 def cache_dir() -> Path:
     """Where inductor keeps its on-disk caches here: $TORCHINDUCTOR_CACHE_DIR, else
-    <tempdir>/torchinductor_<user>."""
+    <tempdir>/torchinductor_<user>. Inductor's own function, with its side effects: it creates the
+    directory and exports its choice as $TORCHINDUCTOR_CACHE_DIR (torch/_inductor/runtime/cache_dir_utils.py)."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
 
     return Path(inductor_cache_dir())
