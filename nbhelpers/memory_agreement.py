@@ -17,6 +17,7 @@ from typing import Callable
 import torch
 
 from nbhelpers import memory
+from nbhelpers.memory import _key      # the storage key track's records use: the same one here
 
 __all__ = ["Agreement", "against_memtracker"]
 
@@ -90,9 +91,8 @@ def _held_before(model, optimizer) -> dict:
     def once(tensors) -> int:
         total = 0
         for t in tensors:
-            key = t.untyped_storage().data_ptr() if isinstance(t, torch.Tensor) else None   # track's key
-            if key is not None and key not in keys:
-                keys.add(key)
+            if isinstance(t, torch.Tensor) and _key(t) not in keys:
+                keys.add(_key(t))
                 total += t.untyped_storage().nbytes()
         return total
 
