@@ -58,6 +58,18 @@ def test_no_command_is_a_usage_error(capsys):
     assert "the following arguments are required: command" in capsys.readouterr().err
 
 
+# this file imported nbhelpers.__main__ already, which runpy warns about before running it again
+@pytest.mark.filterwarnings("ignore:'nbhelpers.__main__' found in sys.modules:RuntimeWarning")
+def test_the_program_exits_with_the_commands_code(monkeypatch, tmp_path):
+    import runpy
+
+    monkeypatch.setattr(_claims, "main", lambda out, notebooks, reuse: 3)
+    monkeypatch.setattr(sys, "argv", ["python -m nbhelpers", "claims", "--out", str(tmp_path / "c.md")])
+    with pytest.raises(SystemExit) as stopped:
+        runpy.run_module("nbhelpers", run_name="__main__")
+    assert stopped.value.code == 3
+
+
 def test_it_runs_as_a_program():
     done = subprocess.run([sys.executable, "-m", "nbhelpers", "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.startswith("usage: python -m nbhelpers")
