@@ -41,13 +41,18 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check nbhelpers tests conftest.py
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Line coverage of nbhelpers from the whole suite: the unit tests and every notebook's kernel (and the
-# processes those start), combined; the figure is in the README. Not part of `make test` (it is slower).
+# Line coverage of nbhelpers from the pytest part of `make test`: the unit tests and every notebook's kernel
+# (and the processes those start), combined; the figure is in the README. Not part of `make test` (slower).
+# --cov=nbhelpers and an absolute --cov-config are what nbval hands to each kernel's coverage (pyproject.toml,
+# [tool.coverage.run]). Data saved after pytest-cov's own combine (a process that outlived the session) is
+# added by the last combine, so the table at the end is the figure.
 COVERAGE_DIR := build/coverage
 coverage: $(STAMP)
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
-	COVERAGE_FILE=$(CURDIR)/$(COVERAGE_DIR)/.coverage $(PY) -m pytest --cov=nbhelpers --cov-config=pyproject.toml \
-		--cov-report=term $(PYTEST_ARGS)
+	COVERAGE_FILE=$(CURDIR)/$(COVERAGE_DIR)/.coverage $(PY) -m pytest --cov=nbhelpers \
+		--cov-config=$(CURDIR)/pyproject.toml --cov-report= $(PYTEST_ARGS)
+	-$(VENV)/bin/coverage combine --append -q --data-file=$(COVERAGE_DIR)/.coverage $(COVERAGE_DIR)
+	$(VENV)/bin/coverage report --data-file=$(COVERAGE_DIR)/.coverage
 
 # Re-execute notebooks in place to refresh their stored outputs: make execute [NB=notebooks/00_environment.ipynb]
 execute: $(STAMP)
