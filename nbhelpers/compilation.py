@@ -41,7 +41,7 @@ class Preflight:
 def preflight(device: torch.device | str | None = None) -> Preflight:
     """Check what inductor needs: a Python Dynamo supports, then a C++ compiler with OpenMP (CPU) or
     Triton and a GPU (CUDA). Compiles a 2-line C++ probe, so it takes about a second."""
-    kind = torch.device(device).type
+    kind = devices.resolve(device).type
     if kind not in _NEEDS:
         raise ValueError(f"preflight knows cpu and cuda, got {kind!r}")
     found = {c.name: c for c in devices.capabilities()}
