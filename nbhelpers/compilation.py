@@ -71,8 +71,10 @@ def compare_backends(fn: Callable, args: tuple, backends: list[tuple[str, str | 
                      ) -> tuple[BackendResult, ...]:
     """Time `fn(*args)` uncompiled (first row) and compiled with each (backend, mode).
 
-    `fn` runs many times, so a training step keeps training; `args` must already be on `device`.
+    `fn` runs many times, so a training step keeps training; `args` must already be on `device`, which
+    defaults to theirs (devices.resolve): the device each timed call is synchronized with.
     """
+    device = devices.resolve(device, *args)
     rows = [_measure(fn, args, "none (eager)", None, device, min_run_time, baseline=None)]
     for backend, mode in backends:
         torch.compiler.reset()

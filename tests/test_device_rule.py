@@ -123,6 +123,16 @@ def test_preflight_checks_the_cpu_unless_told_otherwise():          # even on a 
         compilation.preflight()                             # the caller's default device is the one checked
 
 
+def test_compare_backends_synchronizes_with_its_inputs_device(monkeypatch):
+    from nbhelpers import devices
+
+    waited = []
+    monkeypatch.setattr(devices, "synchronize", waited.append)
+    compilation.compare_backends(lambda x: x * 2, (torch.ones(2, device="meta"),), [], min_run_time=0.01)
+    compilation.compare_backends(lambda x: x * 2, (torch.ones(2),), [], device="meta", min_run_time=0.01)
+    assert waited == [torch.device("meta"), torch.device("meta")]
+
+
 def test_regime_measures_the_ceilings_on_its_device(monkeypatch):
     asked = []
     monkeypatch.setattr(profiling, "machine_peaks", lambda device=None: asked.append(device) or profiling.Peaks(1e9, 1e9))
