@@ -82,7 +82,8 @@ trace: $(STAMP)
 CLAIMS_TORCH ?= 2.13.0
 CLAIMS_TORCHVISION ?= 0.28.0
 CLAIMS_VENV := .venv-claims
-OTHER_PINS = $(shell grep -oE '"[A-Za-z0-9_.-]+==[^"]+"' pyproject.toml | grep -vE '"torch(vision)?==' | tr -d '"')
+# Kept in their double quotes: a pin may carry a marker ("numpy==2.2.6; python_version < '3.11'").
+OTHER_PINS = $(shell grep -oE '"[A-Za-z0-9_.-]+==[^"]+"' pyproject.toml | grep -vE '"torch(vision)?==')
 claims:
 	@test -x $(CLAIMS_VENV)/bin/python || $(PYTHON) -m venv $(CLAIMS_VENV)
 	$(CLAIMS_VENV)/bin/python -m pip install -q "torch==$(CLAIMS_TORCH)" "torch!=$(CLAIMS_TORCH)+cpu" \

@@ -1,16 +1,36 @@
-"""The pinned environment: pyproject.toml and environment.yml agree, and the venv matches them."""
+"""The pinned environment: pyproject.toml and environment.yml agree, and the venv matches them.
+
+A package may carry two exact pins, each for its own Pythons (`numpy==2.2.6; python_version < '3.11'`):
+for every interpreter the series supports, exactly one of them applies."""
 import re
-import tomllib
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
+from packaging.requirements import Requirement
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:                                      # pytest itself depends on tomli before Python 3.11
+    import tomli as tomllib
+
 REPO = Path(__file__).resolve().parent.parent
+SUPPORTED = ("3.10", "3.11", "3.12", "3.13")
 
 
-def _pyproject_pins() -> dict[str, str]:
+def _requirements() -> list[Requirement]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    specs = project["dependencies"] + project["optional-dependencies"]["test"]
-    return dict(spec.split("==") for spec in specs)
+    return [Requirement(spec) for spec in project["dependencies"] + project["optional-dependencies"]["test"]]
+
+
+def _pins_for(python: str) -> dict[str, str]:
+    """name -> pinned version for one Python version ("3.11")."""
+    pins = {}
+    for req in _requirements():
+        if req.marker is None or req.marker.evaluate({"python_version": python}):
+            assert req.name not in pins, f"{req.name} has two pins for Python {python}"
+            pins[req.name] = str(req.specifier).removeprefix("==")
+    return pins
 
 
 def _environment_yml_pins() -> dict[str, str]:
@@ -18,27 +38,40 @@ def _environment_yml_pins() -> dict[str, str]:
     return dict(re.findall(r"^\s+- ([A-Za-z0-9_.\-]+)==(\S+)\s*$", text, re.M))
 
 
-def test_every_dependency_is_pinned_exactly():
+def _environment_yml_python() -> str:
+    return re.search(r"^\s+- python=(\d+\.\d+)\s*$", (REPO / "environment.yml").read_text(), re.M)[1]
+
+
+def test_every_dependency_is_pinned_exactly_and_only_python_version_selects_a_pin():
+    for req in _requirements():
+        assert re.fullmatch(r"==[\w.]+", str(req.specifier)), str(req)
+        assert req.marker is None or re.fullmatch(r'python_version [<>]=? "3\.\d+"', str(req.marker)), str(req)
+
+
+def test_each_supported_python_gets_one_pin_per_package():
+    names = {req.name for req in _requirements()}
+    for python in SUPPORTED:
+        assert set(_pins_for(python)) == names, python
+
+
+def test_requires_python_is_the_supported_range():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    for spec in project["dependencies"] + project["optional-dependencies"]["test"]:
-        assert re.fullmatch(r"[A-Za-z0-9_.\-]+==[\w.]+", spec), spec
+    assert project["requires-python"] == f">={SUPPORTED[0]}, <3.{int(SUPPORTED[-1].split('.')[1]) + 1}"
 
 
 def test_pyproject_and_environment_yml_agree():
-    assert _pyproject_pins() == _environment_yml_pins()
+    assert _environment_yml_python() in SUPPORTED
+    assert _pins_for(_environment_yml_python()) == _environment_yml_pins()
 
 
-def test_torch_pins_are_the_series_pins():
-    pins = _pyproject_pins()
-    assert (pins["torch"], pins["torchvision"]) == ("2.14.1", "0.29.1")
-
-
-def test_environment_yml_python_satisfies_requires_python():
-    python = re.search(r"^\s+- python=(\d+)\.(\d+)", (REPO / "environment.yml").read_text(), re.M)
-    assert (int(python[1]), int(python[2])) >= (3, 10)
+def test_torch_pins_are_the_series_pins_on_every_python():
+    for python in SUPPORTED:
+        pins = _pins_for(python)
+        assert (pins["torch"], pins["torchvision"]) == ("2.14.1", "0.29.1")
 
 
 def test_installed_versions_are_the_pinned_ones():
-    mismatched = {name: (pin, version(name)) for name, pin in _pyproject_pins().items()
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    mismatched = {name: (pin, version(name)) for name, pin in _pins_for(running).items()
                   if version(name).split("+")[0] != pin}
     assert not mismatched, f"installed differs from the pins (pin, installed): {mismatched}; run `make setup`"
