@@ -30,10 +30,19 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]' $(PIP_QUIET)
 	@touch $@
 
+# JupyterLab's widget manager stores widget state in a notebook it saves only when its saveState setting is
+# on (off by default): without it, a notebook run and saved in the lab keeps its views' still pictures but
+# not the views, and `make html` refuses it. This venv's JupyterLab gets the setting as a default
+# (overrides.json in its settings folder), which a learner can still change in Settings.
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
+$(LAB_OVERRIDES): $(STAMP)
+	@mkdir -p $(@D)
+	@echo '{"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' > $@
+
 # Token authentication is on: the URL with ?token=... is printed (set JUPYTER_TOKEN to choose it).
 # The series' notebooks are trusted first (their outputs come from `make execute`): JupyterLab shows an
 # untrusted notebook's widgets and SVG pictures as plain text, so the stored graph views would be blank.
-lab: $(STAMP)
+lab: $(STAMP) $(LAB_OVERRIDES)
 	@$(VENV)/bin/jupyter trust $(NOTEBOOK_DIR)/*.ipynb > /dev/null
 	exec $(VENV)/bin/jupyter lab $(LAB_FLAGS) $(LAB_ARGS)
 

@@ -35,9 +35,13 @@ def _execute(notebooks: list[Path]) -> int:
 
 
 def _html(notebooks: list[Path], out: Path) -> int:
-    from nbhelpers._notebook_tools import build_site
+    from nbhelpers._notebook_tools import MissingWidgetState, build_site
 
-    pages = build_site(notebooks, out)
+    try:
+        pages = build_site(notebooks, out)
+    except MissingWidgetState as e:
+        print(f"html: {e}", file=sys.stderr)
+        return 1
     print(f"wrote {len(pages)} page(s) and index.html to {out}")
     return 0
 

@@ -14,12 +14,19 @@ from pathlib import Path
 
 from nbhelpers._atomic import write_atomic
 
-__all__ = ["execute_notebook", "sanitize_rules", "sanitize_outputs", "build_site"]
+__all__ = ["execute_notebook", "sanitize_rules", "sanitize_outputs", "MissingWidgetState", "widgets_without_state",
+           "build_site"]
 
 REPO = Path(__file__).resolve().parent.parent
 _WIDGET_DIST = REPO / "node_modules" / "@jupyter-widgets" / "html-manager" / "dist"
 _REQUIRE_JS = REPO / "node_modules" / "requirejs" / "require.js"
 _SANITIZE_CFG = REPO / "tests" / "nbval_sanitize.cfg"
+_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+_WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+class MissingWidgetState(ValueError):
+    """A notebook shows widgets whose state it does not carry, so a static page could not draw them."""
 
 
 def execute_notebook(path: str | os.PathLike, timeout_s: int = 600) -> None:
@@ -82,6 +89,32 @@ def sanitize_outputs(nb) -> None:
                 out["data"]["text/plain"] = clean(out["data"]["text/plain"])
 
 
+def widgets_without_state(nb) -> list[tuple[int, str]]:
+    """(code cell index, model id) of every widget view in `nb`'s outputs whose model the notebook's
+    stored widget state lacks. A page built from it would show only the view's fallback picture."""
+    stored = nb.metadata.get("widgets", {}).get(_WIDGET_STATE, {}).get("state", {})
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    return [(i, out["data"][_WIDGET_VIEW]["model_id"]) for i, cell in enumerate(code)
+            for out in cell.get("outputs", []) if _WIDGET_VIEW in out.get("data", {})
+            and out["data"][_WIDGET_VIEW]["model_id"] not in stored]
+
+
+def _check_widget_state(notebooks: list[Path]) -> None:
+    import nbformat
+
+    problems = []
+    for path in notebooks:
+        cells = sorted({i for i, _ in widgets_without_state(nbformat.read(path, as_version=4))})
+        if cells:
+            problems.append(f"{path}: code cell(s) {', '.join(map(str, cells))} show widgets whose state was not "
+                            "saved with the notebook")
+    if problems:
+        raise MissingWidgetState("\n".join(problems) + "\nA static page would show only their still pictures. "
+                                 "Store the state: `make execute NB=<notebook>`, or run the cells in `make lab` "
+                                 "(which saves widget state) and save; elsewhere turn on JupyterLab's Settings > "
+                                 "Jupyter Widgets > Save Jupyter widget state first.")
+
+
 def _anywidget_amd() -> Path:
     import anywidget
 
@@ -92,10 +125,12 @@ def build_site(notebooks: list[Path], out: Path) -> list[Path]:
     """Render `notebooks` to HTML under `out`, loading widgets and require.js from `out`/static.
 
     nbconvert's defaults fetch both from public CDNs, so pages would render blank widgets offline;
-    the local copies come from `npm ci` (package-lock.json pins them).
+    the local copies come from `npm ci` (package-lock.json pins them). Raises MissingWidgetState, before
+    writing anything, when a notebook shows widgets it stored no state for.
     """
     from nbconvert import HTMLExporter
 
+    _check_widget_state([Path(p) for p in notebooks])
     if not _WIDGET_DIST.is_dir() or not _REQUIRE_JS.is_file():
         raise FileNotFoundError(f"{_WIDGET_DIST} or {_REQUIRE_JS} is missing: run `npm ci` in "
                                 f"{REPO} (make html does it), which needs Node.js and npm")

@@ -27,14 +27,32 @@ def chromium_or_skip() -> str:
 
 
 @contextmanager
-def local_page(origin: str):
-    """Yield (page, blocked): requests outside `origin` are aborted and their URLs appended to blocked."""
+def serve(directory) -> str:
+    """Serve `directory` on a free loopback port while the block runs; yield its origin."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextmanager
+def local_page(*origins: str):
+    """Yield (page, blocked): requests outside `origins` are aborted and their URLs appended to blocked."""
     from playwright.sync_api import sync_playwright
 
     executable, blocked = chromium_or_skip(), []
 
     def only_origin(route):
-        if route.request.url.startswith(origin):
+        if route.request.url.startswith(origins):
             return route.continue_()
         blocked.append(route.request.url)
         return route.abort()

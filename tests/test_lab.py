@@ -9,13 +9,16 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+import nbformat
 import pytest
 
+from nbhelpers import _notebook_tools
 from tests import browser
 
 REPO = Path(__file__).resolve().parent.parent
@@ -105,7 +108,7 @@ def lab(tmp_path_factory):
     try:  # whatever happens below, the server and its kernels are stopped
         base = f"http://127.0.0.1:{port}"
         _wait_until_serving(proc, f"{base}/api/status?token={token}", log_path)
-        yield {"base": base, "token": token, "port": port}
+        yield {"base": base, "token": token, "port": port, "notebooks": notebooks}
     finally:
         leftovers = _stop(proc, root)
     assert not leftovers, f"processes left running after JupyterLab stopped: {leftovers}"
@@ -236,6 +239,49 @@ def test_graph_view_interactions_in_jupyterlab(page, lab):
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "02_autograd_graph.png"))
     print("browser timings (s):", {k: round(v, 3) for k, v in timings.items()})
+
+
+def test_make_lab_saves_widget_state_by_default(lab):
+    with _DIRECT.open(f"{lab['base']}/lab/api/settings/@jupyter-widgets/jupyterlab-manager:plugin"
+                      f"?token={lab['token']}", timeout=30) as response:
+        setting = json.load(response)
+    shipped = json.loads(next(Path(sys.prefix, "share", "jupyter", "labextensions").glob(
+        "@jupyter-widgets/jupyterlab-manager/schemas/**/plugin.json")).read_text())
+    assert shipped["properties"]["saveState"]["default"] is False           # the widget manager's own default
+    assert setting["schema"]["properties"]["saveState"]["default"] is True   # as make lab's overrides.json sets it
+
+
+SAVED_VIEW = """import torch
+from nbhelpers import autograd_graph, graph_view
+x = torch.ones(3, requires_grad=True)
+loss = (x.exp() * 2).sum()
+graph_view.show(graph_view.from_autograd(autograd_graph.trace(loss)))"""
+
+
+@pytest.mark.browser
+def test_a_view_run_and_saved_in_the_lab_responds_in_the_static_site(lab, tmp_path):
+    """What a learner does: run a view cell in `make lab`, save, `make html`; the page's view answers clicks."""
+    path = lab["notebooks"] / "98_saved_in_the_lab.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SAVED_VIEW)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    with browser.serve(tmp_path / "site") as site, browser.local_page(lab["base"], site) as (page, blocked):
+        open_and_run_all(page, lab, path.name)
+        _graph_views(page).first.locator(".gv-box", has_text="ExpBackward0").wait_for(timeout=120_000)
+        page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not nbformat.read(path, as_version=4).metadata.get("widgets"):
+            time.sleep(0.5)
+        saved = nbformat.read(path, as_version=4)
+        assert saved.cells[0].outputs and _notebook_tools.widgets_without_state(saved) == []
+        (page_path,) = _notebook_tools.build_site([path], tmp_path / "site")
+        page.goto(f"{site}/{page_path.name}")
+        view = page.locator(".gv").first
+        view.locator(".gv-box", has_text="ExpBackward0").first.click(timeout=60_000)
+        assert "ExpBackward0" in view.locator(".gv-details").inner_text()
+    assert not blocked, f"the pages tried to leave the machine: {blocked}"
+    print(f"saved in the lab: {len(saved.metadata.widgets['application/vnd.jupyter.widget-state+json']['state'])} "
+          f"widget models, {path.stat().st_size:,} bytes")
 
 
 def _timed_click(page, target, appears) -> float:

@@ -1,9 +1,7 @@
 """`make html`: a static site whose pages, widgets included, render with no network at all."""
-import functools
-import http.server
 import os
 import re
-import threading
+import subprocess
 from pathlib import Path
 
 import nbformat
@@ -17,12 +15,48 @@ REPO = Path(__file__).resolve().parent.parent
 COMPILE_NB = REPO / "notebooks" / "05_compile_backends.ipynb"
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def _without_widget_state(path: Path, tmp_path: Path) -> Path:
+    """A copy of `path` as JupyterLab saves it with its default settings: the views, not their state."""
+    nb = nbformat.read(path, as_version=4)
+    del nb.metadata["widgets"]
+    copy = tmp_path / path.name
+    nbformat.write(nb, copy)
+    return copy
+
+
+def test_a_notebook_saved_without_widget_state_is_refused_with_the_fix(tmp_path, capsys):
+    stripped = _without_widget_state(REPO / "notebooks" / "02_autograd_graph.ipynb", tmp_path)
+    views = _notebook_tools.widgets_without_state(nbformat.read(stripped, as_version=4))
+    assert len({model for _, model in views}) == 5                # the five graph views
+    with pytest.raises(_notebook_tools.MissingWidgetState) as refused:
+        _notebook_tools.build_site([REPO / "notebooks" / "00_environment.ipynb", stripped], tmp_path / "out")
+    cells = ", ".join(str(i) for i in sorted({i for i, _ in views}))
+    assert f"{stripped}: code cell(s) {cells} show widgets whose state was not saved" in str(refused.value)
+    assert "make execute NB=<notebook>" in str(refused.value) and "Save Jupyter widget state" in str(refused.value)
+    assert not (tmp_path / "out").exists()                           # refused before writing anything
+    assert _notebook_tools.widgets_without_state(nbformat.read(REPO / "notebooks" / "02_autograd_graph.ipynb",
+                                                               as_version=4)) == []
+
+
+def _site_tools_or_skip() -> None:
     if not _notebook_tools._WIDGET_DIST.is_dir():
         if os.environ.get("REQUIRE_SITE") == "1":
             pytest.fail("REQUIRE_SITE=1 but node_modules is missing: run `npm ci` (make html does it)")
         pytest.skip("no local widget renderer: run `npm ci` (needs Node.js) to test `make html`")
+
+
+def test_make_html_fails_on_it_and_says_what_to_do(tmp_path):
+    _site_tools_or_skip()                 # else make html would first run npm ci, which needs the network
+    stripped = _without_widget_state(REPO / "notebooks" / "05_compile_backends.ipynb", tmp_path)
+    done = subprocess.run(["make", "-s", "html", f"NB={stripped}"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode != 0, done.stdout
+    assert f"html: {stripped}: code cell(s)" in done.stderr and "make execute NB=<notebook>" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    _site_tools_or_skip()
     root = tmp_path_factory.mktemp("site")
     widget_nb = _executed(root / "99_widget.ipynb", "import ipywidgets\nipywidgets.IntSlider(value=3, description='n')")
     hostile_nb = _executed(root / "98_hostile.ipynb", HOSTILE_CELL)
@@ -82,14 +116,8 @@ def test_pages_name_no_remote_script_or_style(site):
 
 @pytest.fixture
 def served(site):
-    out, _ = site
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(out))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with browser.serve(site[0]) as origin:
+        yield origin
 
 
 @pytest.fixture
