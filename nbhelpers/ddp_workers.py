@@ -107,11 +107,19 @@ def accumulate_with_no_sync(rank: int, world_size: int, seed: int) -> dict:
     return {"allreduces_during_no_sync": after_first, "allreduces_total": len(launched), "grads": _grads(model)}
 
 
-def train_digits(rank: int, world_size: int, epochs: int, save_path: str | None = None, seed: int = 0) -> dict:
+def train_digits(rank: int, world_size: int, epochs: int, save_path: str | None = None, seed: int = 0,
+                 device: str = "cpu") -> dict:
     """DDP training of the MLP sandwich on the 8,000 digits, each rank reading its DistributedSampler
-    shard; rank 0 alone saves the weights. Returns this rank's view, including every rank's digest."""
+    shard; rank 0 alone saves the weights. Returns this rank's view, including every rank's digest.
+
+    device="cuda" trains on this process's current GPU (the launcher or torchrun's entry point sets it, one
+    per rank) and needs the NCCL backend; the returned state is on the CPU either way."""
+    if (device == "cuda") != (dist.get_backend() == "nccl"):
+        raise ValueError(f"device={device!r} with the {dist.get_backend()} backend: CPU tensors need gloo, "
+                         f"one GPU per rank needs NCCL; launch with device={device!r}")
+    here = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
     torch.manual_seed(seed)
-    ddp = DDP(models.mlp())
+    ddp = DDP(models.mlp(device=here), device_ids=[here.index] if here.type == "cuda" else None)
     train = data.LazyDigits(train=True)
     sampler = DistributedSampler(train, num_replicas=world_size, rank=rank, shuffle=True, seed=seed)
     loader = DataLoader(train, batch_size=64, sampler=sampler)
@@ -121,7 +129,7 @@ def train_digits(rank: int, world_size: int, epochs: int, save_path: str | None 
         sampler.set_epoch(epoch)       # a new shuffle each epoch, the same on every rank
         for x, y in loader:
             optimizer.zero_grad(set_to_none=True)
-            F.cross_entropy(ddp(x), y).backward()
+            F.cross_entropy(ddp(x.to(here)), y.to(here)).backward()
             optimizer.step()
             seen += len(y)
     seconds = time.perf_counter() - start
@@ -132,8 +140,9 @@ def train_digits(rank: int, world_size: int, epochs: int, save_path: str | None 
     dist.barrier()                     # nobody reads the checkpoint before rank 0 has written it
     digests = [None] * world_size
     dist.all_gather_object(digests, _digest(ddp.module))
-    return {"rank": rank, "samples_seen": seen, "seconds": seconds, "digest": digests[rank],
-            "all_digests": digests, "accuracy": _accuracy(ddp.module), "state": ddp.module.state_dict()}
+    return {"rank": rank, "backend": dist.get_backend(), "samples_seen": seen, "seconds": seconds, "digest": digests[rank],
+            "all_digests": digests, "accuracy": _accuracy(ddp.module),
+            "state": {k: v.cpu() for k, v in ddp.module.state_dict().items()}}
 
 
 class TwoHeads(nn.Module):
@@ -238,7 +247,7 @@ def _grads(model: nn.Module) -> list[torch.Tensor]:
 def _digest(model: nn.Module) -> str:
     h = hashlib.sha256()
     for t in model.state_dict().values():
-        h.update(t.detach().contiguous().numpy().tobytes())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
 
 

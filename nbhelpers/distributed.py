@@ -6,8 +6,13 @@ point that trains the sandwich with DDP is `nbhelpers.ddp_train`.)
 to race for), returns what each rank's worker returned, re-raises a worker's exception with its rank
 and traceback, and always leaves no child process behind.
 
+The backend follows where the workers' tensors live, not what the machine has: gloo for CPU tensors (the
+default), NCCL for `device="cuda"`, where each rank works on its own GPU (NCCL moves only GPU memory, and
+one GPU cannot serve two ranks). So CPU lessons run unchanged on a GPU host.
+
 Example:
     results = distributed.launch(ddp_workers.all_reduce_by_hand, world_size=2)
+    on_gpus = distributed.launch(ddp_workers.all_reduce_by_hand, world_size=2, device="cuda")
 """
 from __future__ import annotations
 
@@ -39,17 +44,20 @@ class LaunchTimeout(TimeoutError):
     """Not every rank finished before the deadline; all processes were stopped."""
 
 
-def launch(worker: Callable, world_size: int, *args, backend: str | None = None, timeout_s: float = 120.0,
+def launch(worker: Callable, world_size: int, *args, device: torch.device | str = "cpu", timeout_s: float = 120.0,
            start_method: str = "spawn") -> list[Any]:
     """Run `worker(rank, world_size, *args)` in `world_size` processes, each inside an initialised
-    process group (gloo, or NCCL when every rank can have its own GPU); return the results by rank.
+    process group; return the results by rank.
 
+    `device` says where the workers keep their tensors, and picks the backend: "cpu" joins the ranks with
+    gloo; "cuda" with NCCL, rank r on cuda:r (the current device in its process), which needs a GPU per
+    rank. The spawned processes start with torch's defaults, so "cpu" is the default whatever the caller's.
     Results travel pickled by value, so tensors arrive intact after the workers have exited.
     """
     _check_importable(worker)
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, got {world_size}")
-    backend = backend or ("nccl" if torch.cuda.device_count() >= world_size else "gloo")
+    backend = _backend_for(torch.device(device), world_size)
     ctx = multiprocessing.get_context(start_method)
     results: dict[int, Any] = {}
     with tempfile.TemporaryDirectory(prefix="launch-") as tmp:
@@ -66,6 +74,18 @@ def launch(worker: Callable, world_size: int, *args, backend: str | None = None,
             _stop(processes)
             channel.close()
     return [results[rank] for rank in range(world_size)]
+
+
+def _backend_for(device: torch.device, world_size: int) -> str:
+    if device.type == "cpu":
+        return "gloo"
+    if device.type != "cuda":
+        raise ValueError(f"device must be 'cpu' (gloo) or 'cuda' (NCCL), got {str(device)!r}")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus < world_size:
+        raise ValueError(f"device='cuda' puts each rank on its own GPU: world_size={world_size} needs "
+                         f"{world_size} GPUs and torch sees {gpus}; use device='cpu' (gloo) or world_size <= {gpus}")
+    return "nccl"
 
 
 def _check_importable(worker) -> None:
@@ -124,6 +144,8 @@ def _stop(processes) -> None:
 def _run_rank(rank, world_size, backend, init, timeout_s, worker, args, channel) -> None:
     torch.set_num_threads(1)  # world_size processes share the machine's cores
     try:
+        if backend == "nccl":
+            torch.cuda.set_device(rank)    # the worker's torch.device("cuda") is this rank's own GPU
         dist.init_process_group(backend, init_method=init, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
         # every rank finishes connecting before any runs: a rank whose worker returns at once would

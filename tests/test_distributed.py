@@ -10,11 +10,15 @@ import threading
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 
-from nbhelpers import distributed
+from nbhelpers import ddp_workers, distributed
 from tests import ddp_fault_workers as faulty
+from tests import fake_gpu_host, suite_copy
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _live_children() -> list[str]:
@@ -73,6 +77,44 @@ def test_a_process_that_dies_without_reporting_is_named():
     assert _live_children() == []
 
 
+@pytest.fixture
+def two_gpu_host(monkeypatch):
+    """torch.cuda reports two GPUs in this process, where launch picks the backend; the spawned ranks see none."""
+    for name in ("is_available", "device_count"):
+        monkeypatch.setattr(torch.cuda, name, getattr(torch.cuda, name))
+    monkeypatch.setattr(torch.accelerator, "current_stream", torch.accelerator.current_stream)
+    fake_gpu_host.fake_two_gpus()
+
+
+def test_on_a_gpu_host_cpu_workers_still_join_with_gloo(two_gpu_host):
+    results = distributed.launch(ddp_workers.all_reduce_by_hand, 2, timeout_s=60)
+    assert [(r["backend"], r["all_reduce_sum"]) for r in results] == [("gloo", 3.0), ("gloo", 3.0)]
+    assert _live_children() == []
+
+
+def test_device_cuda_needs_a_gpu_per_rank_and_other_devices_are_refused(two_gpu_host):
+    with pytest.raises(ValueError, match="world_size=3 needs 3 GPUs and torch sees 2; use device='cpu'"):
+        distributed.launch(ddp_workers.all_reduce_by_hand, 3, device="cuda")
+    with pytest.raises(ValueError, match="device must be 'cpu' \\(gloo\\) or 'cuda' \\(NCCL\\), got 'meta'"):
+        distributed.launch(ddp_workers.all_reduce_by_hand, 2, device="meta")
+    assert _live_children() == []
+
+
+def test_notebook_07_runs_unchanged_on_a_host_with_two_gpus():
+    """Every launch of notebook 07's CPU lessons, with torch reporting two GPUs in the kernel (where launch
+    decides): each cell's output still equals the stored one. Only the NCCL cell, which needs real GPUs, is
+    left out."""
+    nb = nbformat.read(REPO / "notebooks" / "07_distributed_ddp.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    (nccl,) = [c for c in code if 'device="cuda"' in c.source]
+    fake = f"import sys\nsys.path.insert(0, {str(REPO)!r})\nfrom tests.fake_gpu_host import fake_two_gpus\nfake_two_gpus()"
+    nb.cells.insert(nb.cells.index(code[0]) + 1, nbformat.v4.new_code_cell(fake))
+    nb.cells.remove(nccl)
+    assert sum('distributed.launch(ddp_workers.' in c.source for c in nb.cells) >= 7
+    run = suite_copy.run_suite_on(nb, "07-on-two-gpus", "07_distributed_ddp.ipynb", "-k", "Cell")
+    assert run.returncode == 0 and " failed" not in run.stdout, run.stdout[-4000:]
+
+
 def test_a_worker_defined_in_main_or_a_closure_is_refused_with_the_fix():
     def local_worker(rank, world_size):
         return rank
@@ -93,11 +135,13 @@ def _free_port() -> int:
 
 
 def test_torchrun_two_nodes_on_one_machine_finish_with_identical_weights(tmp_path):
+    """Each node is a GPU host as far as torch.cuda can tell (tests/fake_gpu_host.py): the CPU training
+    still joins with gloo, since its tensors live on the CPU."""
     torchrun = Path(sys.executable).parent / "torchrun"
     command = [str(torchrun), "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-               f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--rdzv-id=test", "-m", "nbhelpers.ddp_train",
-               "--epochs", "1", "--out", str(tmp_path)]
-    nodes = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+               f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--rdzv-id=test", "-m", "tests.fake_gpu_host",
+               "nbhelpers.ddp_train", "--epochs", "1", "--out", str(tmp_path)]
+    nodes = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)
              for _ in range(2)]
     try:
         errors = [node.communicate(timeout=240)[1] for node in nodes]
@@ -108,9 +152,22 @@ def test_torchrun_two_nodes_on_one_machine_finish_with_identical_weights(tmp_pat
     ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["digest"] == ranks[1]["digest"] and ranks[0]["all_digests"] == ranks[1]["all_digests"]
     assert [r["samples_seen"] for r in ranks] == [4000, 4000]
+    assert [r["backend"] for r in ranks] == ["gloo", "gloo"]
     saved = torch.load(tmp_path / "model.pt", weights_only=True)
     assert set(saved) >= {"core.fc1.weight", "core.fc2.bias"}
     assert not list(tmp_path.glob(".*.tmp"))   # written atomically
+
+
+def test_entry_point_with_device_cuda_needs_a_gpu_per_process(tmp_path, monkeypatch):
+    from nbhelpers import ddp_train
+
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(SystemExit, match="2 processes on this machine, 1 GPUs; lower --nproc-per-node"):
+        ddp_train.main(["--device", "cuda", "--out", str(tmp_path)])
+    assert not torch.distributed.is_initialized()
 
 
 def test_entry_point_refuses_to_run_outside_torchrun(tmp_path):
