@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import platform
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ def _doctor() -> int:
 
     device = devices.pick_device()
     print(devices.banner(device))
+    print(f"Python {platform.python_version()} at {sys.executable}")   # a terminal's report may name it
     print(devices.render_capabilities(devices.capabilities()))
     try:
         train, test = data.digits(train=True), data.digits(train=False)

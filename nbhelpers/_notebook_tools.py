@@ -14,8 +14,8 @@ from pathlib import Path
 
 from nbhelpers._atomic import write_atomic
 
-__all__ = ["execute_notebook", "sanitize_rules", "sanitize_outputs", "MissingWidgetState", "widgets_without_state",
-           "build_site"]
+__all__ = ["execute_notebook", "INTERPRETER_NOTICES", "quiet_interpreter_notices", "sanitize_rules",
+           "sanitize_outputs", "MissingWidgetState", "widgets_without_state", "build_site"]
 
 REPO = Path(__file__).resolve().parent.parent
 _WIDGET_DIST = REPO / "node_modules" / "@jupyter-widgets" / "html-manager" / "dist"
@@ -23,6 +23,19 @@ _REQUIRE_JS = REPO / "node_modules" / "requirejs" / "require.js"
 _SANITIZE_CFG = REPO / "tests" / "nbval_sanitize.cfg"
 _WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 _WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+# Notices about the interpreter, not the lesson, that kernels started for the series' tooling ignore so that
+# stored outputs hold on every supported Python. Python 3.13.0 only: Dynamo warns at a first guard that
+# "Guards may run slower on Python 3.13.0" (torch/_dynamo/guards.py, config.issue_3_13_0_warning, which
+# torch's own test suite turns off too). Each entry is a PYTHONWARNINGS filter.
+INTERPRETER_NOTICES = ("ignore:Guards may run slower on Python 3.13.0:RuntimeWarning",)
+
+
+def quiet_interpreter_notices(environ: dict) -> None:
+    """Add INTERPRETER_NOTICES to PYTHONWARNINGS in `environ` (os.environ: for the kernels started after)."""
+    filters = [f for f in environ.get("PYTHONWARNINGS", "").split(",") if f]
+    environ["PYTHONWARNINGS"] = ",".join(dict.fromkeys([*filters, *INTERPRETER_NOTICES]))
 
 
 class MissingWidgetState(ValueError):
@@ -42,6 +55,7 @@ def execute_notebook(path: str | os.PathLike, timeout_s: int = 600) -> None:
     path = Path(path).resolve()
     nb = nbformat.read(path, as_version=4)
     os.environ.pop("MPLBACKEND", None)  # kernels inherit it; 'agg' would drop every plot
+    quiet_interpreter_notices(os.environ)
     NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}},
                    store_widget_state=True, record_timing=False, allow_errors=False,

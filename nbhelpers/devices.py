@@ -13,7 +13,6 @@ Example:
 from __future__ import annotations
 
 import itertools
-import platform
 import shutil
 import subprocess
 import sys
@@ -65,11 +64,11 @@ def resolve(device: torch.device | str | None = None, *inputs) -> torch.device:
 
 
 def banner(device: torch.device | str) -> str:
-    """One stable line naming the torch version, the Python version and the device in use."""
+    """One line naming the torch build and the device in use. It leaves the Python version out: the
+    series runs on Python 3.10-3.13, and a stored output that names one would fail on the others."""
     device = torch.device(device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    python = ".".join(platform.python_version_tuple()[:2])
-    return f"torch {torch.__version__} | Python {python} | device {device} ({where})"
+    return f"torch {torch.__version__} | device {device} ({where})"
 
 
 def synchronize(device: torch.device | str | None = None) -> None:
@@ -129,8 +128,9 @@ def _dynamo() -> Capability:
         check_if_dynamo_supported()
     except RuntimeError as e:
         return Capability("TorchDynamo", False, str(e), "05 compile, 06, 07, 10, 11")
-    return Capability("TorchDynamo", True, f"Python {platform.python_version()} is supported",
-                      "05 compile, 06, 07, 10, 11")
+    # eval_frame.check_if_dynamo_supported refuses Python 3.15+ and free-threaded builds before 3.13.3
+    return Capability("TorchDynamo", True, "this Python is supported (Dynamo refuses 3.15+ and free-threaded "
+                      "builds before 3.13.3)", "05 compile, 06, 07, 10, 11")
 
 
 def _cxx_compiler() -> Capability:

@@ -25,9 +25,15 @@ __all__ = ["CapturedText", "capture_stderr", "without_kineto_lines"]
 _KINETO_LINE = re.compile(r"^(USDT|STAGE|ERROR|WARNING|INFO):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \S+\] ")
 
 
+# colour codes: a Jupyter kernel sets FORCE_COLOR=1 for its children (ipykernel's zmqshell.init_environment),
+# and from Python 3.13 on a child's traceback then comes in colour
+_ANSI_CODES = re.compile(r"\x1b\[[0-9;]*m")
+
+
 @dataclass
 class CapturedText:
-    """Filled when the `capture_stderr` block exits (also when it raises)."""
+    """Filled when the `capture_stderr` block exits (also when it raises), without colour codes: the
+    same text whichever Python wrote it."""
 
     text: str = ""
 
@@ -47,7 +53,7 @@ def capture_stderr() -> Iterator[CapturedText]:
             os.dup2(saved, 2)
             os.close(saved)
             sink.seek(0)
-            captured.text = sink.read().decode(errors="replace")
+            captured.text = _ANSI_CODES.sub("", sink.read().decode(errors="replace"))
 
 
 @contextmanager

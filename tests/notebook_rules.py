@@ -14,9 +14,15 @@ EXPECTED = re.compile(r"^# Expected: (\w+)\b")       # first line of a raises-ex
 SKIPPED = re.compile(r"^# Skipped: \S")               # first line of an nbval-skip cell
 SHOWS_STDERR = re.compile(r"^# Shows stderr: \S", re.M)  # a leading comment line of a cell meant to warn
 ANSI = "\x1b["
+ANSI_CODES = re.compile(r"\x1b\[[0-9;]*m")                   # colours, as IPython writes tracebacks
 MACHINE_PATH = re.compile(r"/tmp/|/var/folders/|ipykernel_\d|(?:/[\w.+-]+)+/site-packages/"
                           r"|(?:/[\w.+-]+)+/nbhelpers/\w+\.py")
 STUCK_PROGRESS = re.compile(r"(?<!\d)0%\|")                # tqdm's text at the moment it was displayed
+# The series runs on Python 3.10-3.13: an output naming the interpreter that made it fails on the others
+# (a range such as "Python 3.10-3.13" names no interpreter)
+INTERPRETER = re.compile(r"\b[Pp]ython ?3\.\d+(?:\.\d+)?(?!\.?\d|-3\.)|\bpython3\.\d+t?/")
+# IPython writes the home directory as ~ in tracebacks; other tools print it whole
+HOME = re.compile(r"(?<![\w.])~/|/home/[^/\s]+/|/root/|/Users/[^/\s]+/")
 OPENING_LINES = ("import torch", "torch.manual_seed(0)", "device = devices.pick_device()",
                  "print(devices.banner(device))")
 
@@ -126,7 +132,8 @@ def _output_texts(out) -> dict[str, str]:
 
 
 def output_problems(nb) -> list[str]:
-    """Stored outputs a reader can trust: no raw ANSI, no paths of this machine, no stray stderr.
+    """Stored outputs a reader can trust on any machine: no raw ANSI, no paths of this machine (home
+    directory included), no interpreter version, no stray stderr.
 
     An error's traceback and evalue may carry ANSI codes (front-ends render the traceback, colours
     and torch's own bold in torch.load's message included) but not machine paths; a cell
@@ -145,10 +152,15 @@ def _cell_output_problems(i: int, cell) -> list[str]:
             if ANSI in text and field not in ("traceback", "evalue"):
                 problems.append(f"code cell {i}: raw ANSI escape codes in its {field} output; "
                                 "strip them (nbhelpers.stderr_capture) or print plain text")
-            if m := MACHINE_PATH.search(text):
+            plain = ANSI_CODES.sub("", text)
+            if m := MACHINE_PATH.search(plain) or HOME.search(plain):
                 problems.append(f"code cell {i}: a path of this machine ({m.group(0)!r}) in its "
                                 f"{field} output; add a rule to tests/nbval_sanitize.cfg, then `make execute`")
-            if STUCK_PROGRESS.search(text):
+            if m := INTERPRETER.search(plain):
+                problems.append(f"code cell {i}: the interpreter's version ({m.group(0)!r}) in its {field} "
+                                "output, which differs on every other Python; print what it means instead "
+                                "(\"supported\"), or add a rule with its reason to tests/nbval_sanitize.cfg")
+            if STUCK_PROGRESS.search(plain):
                 problems.append(f"code cell {i}: a progress bar stored at 0% ({field}); a static "
                                 "viewer shows it for ever")
         if out.get("output_type") == "stream" and out.get("name") == "stderr":

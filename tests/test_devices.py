@@ -14,9 +14,14 @@ def test_pick_device_follows_cuda_availability(monkeypatch):
     assert devices.pick_device() == torch.device("cuda", 0) and devices.has_cuda()
 
 
-def test_banner_names_version_python_and_device():
-    line = devices.banner("cpu")
-    assert line.startswith(f"torch {torch.__version__} | Python 3.") and line.endswith("device cpu (CPU)")
+def test_banner_names_the_torch_build_and_the_device_and_not_the_interpreter():
+    assert devices.banner("cpu") == f"torch {torch.__version__} | device cpu (CPU)"   # stable on 3.10-3.13
+
+
+def test_the_dynamo_row_does_not_name_the_interpreter_version():
+    (row,) = [c for c in devices.capabilities() if c.name == "TorchDynamo"]
+    assert row.available and row.why == ("this Python is supported (Dynamo refuses 3.15+ and free-threaded builds "
+                                         "before 3.13.3)")          # the same text on every interpreter
 
 
 def test_resolve_uses_the_given_device_then_the_inputs_then_the_default_and_never_picks_cuda(monkeypatch):

@@ -1,4 +1,5 @@
 """python -m nbhelpers: each command does what its help says, and reports a failure in its exit code."""
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ def test_doctor_names_the_machine_and_verifies_the_data(capsys):
     assert cli.main(["doctor"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == devices.banner(devices.pick_device())
+    assert out[1] == f"Python {platform.python_version()} at {sys.executable}"      # a terminal may name it
     train, test = data.digits(train=True), data.digits(train=False)
     assert out[-1] == f"digits data: verified, {len(train)} train + {len(test)} test images in {data.DATA_DIR}"
 

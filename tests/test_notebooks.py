@@ -2,18 +2,13 @@
 import ast
 import copy
 import importlib
-import os
 import re
-import shutil
-import subprocess
-import sys
-import uuid
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from tests import notebook_rules
+from tests import notebook_rules, suite_copy
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
@@ -28,20 +23,8 @@ def _code_cells(nb):
     return [c for c in nb.cells if c.cell_type == "code"]
 
 
-def _run_suite_on(nb, tmp_name: str) -> subprocess.CompletedProcess:
-    """Run the project's pytest (same conftest, same options) on a modified copy of a notebook.
-
-    The copy lives under build/ so that the repository's conftest.py and pyproject.toml apply to it.
-    """
-    folder = REPO / "build" / "test-notebooks" / f"{tmp_name}-{uuid.uuid4().hex[:8]}"
-    folder.mkdir(parents=True)
-    nbformat.write(nb, folder / ENV_NB.name)
-    try:
-        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               str(folder / ENV_NB.name)], cwd=REPO, capture_output=True, text=True,
-                              timeout=600, env=dict(os.environ))
-    finally:
-        shutil.rmtree(folder)
+def _run_suite_on(nb, tmp_name: str):
+    return suite_copy.run_suite_on(nb, tmp_name, ENV_NB.name)
 
 
 def test_the_series_has_notebooks():
@@ -144,32 +127,70 @@ def test_a_stray_stderr_line_is_caught_and_a_marked_one_is_not():
 
 
 @pytest.mark.parametrize("path", ["/tmp/tmpab12cd/run/damaged.pt", "/tmp/ipykernel_3321/4183935979.py",
-                                  "/home/me/.venv/lib/python3.11/site-packages/torch/_tensor.py"])
+                                  "/opt/venv/lib/python3.11/site-packages/torch/_tensor.py",
+                                  "/home/me/digits.pt", "/root/.cache/torch/x.pt", "/Users/me/digits.pt"])
 def test_a_machine_path_in_a_stored_output_is_caught(path):
     error = {"output_type": "error", "ename": "OSError", "evalue": f"cannot open {path}", "traceback": []}
     nb = _with_output(_read(), 2, error)
     assert any("a path of this machine" in p for p in notebook_rules.output_problems(nb))
 
 
+def _error_through(line: str) -> dict:
+    return {"output_type": "error", "ename": "RuntimeError", "evalue": "worker exited",
+            "traceback": ["\x1b[31mRuntimeError\x1b[39m  Traceback (most recent call last)", line]}
+
+
+def test_a_home_directory_in_a_traceback_is_caught_even_where_nbval_does_not_compare():
+    nb = _with_output(_read(), 2, _error_through("File \x1b[32m~/proj/workers.py:12\x1b[39m, in run"))
+    assert any("a path of this machine ('~/')" in p and "traceback output" in p
+               for p in notebook_rules.output_problems(nb))
+
+
+@pytest.mark.parametrize("text", ["TorchDynamo yes Python 3.11.7 is supported\n", "torch 2.14.1 | Python 3.12 | cpu\n",
+                                  "<stdlib>/x.py but also /usr/lib/python3.10/selectors.py\n"])
+def test_an_interpreter_version_in_a_stored_output_is_caught(text):
+    nb = _with_output(_read(), 2, {"output_type": "stream", "name": "stdout", "text": text})
+    assert any("the interpreter's version" in p for p in notebook_rules.output_problems(nb))
+    range_only = _with_output(_read(), 2, {"output_type": "stream", "name": "stdout", "text": "Python 3.10-3.13\n"})
+    assert notebook_rules.output_problems(range_only) == notebook_rules.output_problems(_read())
+
+
 def test_the_clean_outputs_rule_fails_the_suite_on_a_temporary_copy():
+    """Three copies' worth of faults in one run: a stray stderr line, the interpreter's version in a
+    compared output, a home directory in a traceback (which nbval itself never compares)."""
     nb = _with_output(_read(), 2, {"output_type": "stream", "name": "stderr", "text": "stray\n"})
-    run = _run_suite_on(nb, "stderr-output")
-    assert run.returncode == 1 and "wrote to stderr ('stray')" in run.stdout, run.stdout[-3000:]
+    nb = _with_output(nb, 3, {"output_type": "stream", "name": "stdout", "text": "Python 3.11.7 is supported\n"})
+    raising = next(i for i, c in enumerate(_code_cells(nb)) if "raises-exception" in c.metadata.get("tags", []))
+    _code_cells(nb)[raising].outputs[-1]["traceback"].append("File ~/.pyenv/versions/3.11.7/lib/python3.11/q.py:1")
+    run = _run_suite_on(nb, "unclean-outputs")
+    assert run.returncode == 1, run.stdout[-3000:]
+    assert "code cell 2 wrote to stderr ('stray')" in run.stdout
+    assert "code cell 3: the interpreter's version ('Python 3.11.7')" in run.stdout
+    assert f"code cell {raising}: a path of this machine ('~/') in its traceback output" in run.stdout
 
 
 def test_execute_stores_sanitized_outputs():
-    from nbhelpers._notebook_tools import sanitize_outputs, sanitize_rules
+    from nbhelpers._notebook_tools import apply_rules, sanitize_outputs, sanitize_rules
     from nbval.plugin import get_sanitize_patterns
 
     cfg = (REPO / "tests" / "nbval_sanitize.cfg").read_text()
     assert [(p.pattern, r) for p, r in sanitize_rules()] == get_sanitize_patterns(cfg)  # what nbval reads
     nb = _with_output(_read(), 2, {"output_type": "error", "ename": "OSError", "traceback": [
-        "File \x1b[0;32m/home/me/.venv/lib/python3.11/site-packages/torch/_tensor.py:623"],
-        "evalue": "torch 2.14.1+cu130 cannot open /tmp/tmpab12cd/x.pt"})
+        "File \x1b[0;32m/home/me/.venv/lib/python3.11/site-packages/torch/_tensor.py:623",
+        "File \x1b[32m~/.pyenv/versions/3.11.7/lib/python3.11/multiprocessing/queues.py:113",
+        "File \x1b[32m~/proj/.venv/lib/python3.12/site-packages/torch/utils/data/dataloader.py:1293"],
+        "evalue": "torch 2.14.1+cu130 cannot open /tmp/tmpab12cd/x.pt: worker (pid 24028) exited\n"
+                  "  File x.py, line 3, in f\n    y = g(x)\n        ^^^^\n"})
     sanitize_outputs(nb)
     out = _code_cells(nb)[2].outputs[-1]
-    assert out.evalue == "torch 2.14.1+cu130 cannot open <TMPDIR>/x.pt"   # the build suffix is kept
-    assert out.traceback == ["File \x1b[0;32m<site-packages>/torch/_tensor.py:623"]
+    # the build suffix and Python's position markers are kept for the reader (compared without them)
+    assert out.evalue == ("torch 2.14.1+cu130 cannot open <TMPDIR>/x.pt: worker (pid PID) exited\n"
+                          "  File x.py, line 3, in f\n    y = g(x)\n        ^^^^\n")
+    assert out.traceback == ["File \x1b[0;32m<site-packages>/torch/_tensor.py:623",
+                             "File \x1b[32m<stdlib>/multiprocessing/queues.py:113",
+                             "File \x1b[32m<site-packages>/torch/utils/data/dataloader.py:1293"]
+    assert apply_rules(out.evalue, sanitize_rules()) == ("torch 2.14.1 cannot open <TMPDIR>/x.pt: worker (pid PID) "
+                                                         "exited\n  File x.py, line 3, in f\n    y = g(x)\n")
 
 
 RUNS_ON = re.compile(r"\*\*Runs on:\*\* CPU, about (\d+) s on 2 cores")
@@ -244,3 +265,20 @@ def test_an_instrument_imports_no_lesson_module(module):
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nbhelpers."):
             imported.add(node.module.split(".")[1])
     assert not imported & LESSONS, f"{module} imports {sorted(imported & LESSONS)}"
+
+
+def test_kernels_ignore_only_the_interpreter_notices():
+    """conftest hands the kernels PYTHONWARNINGS filters for notices about the interpreter (Python 3.13.0's
+    note on Dynamo's guards); any other warning still reaches a cell's stderr and fails the comparison."""
+    import os
+    import subprocess
+    import sys
+
+    from nbhelpers import _notebook_tools
+
+    assert set(_notebook_tools.INTERPRETER_NOTICES) <= set(os.environ["PYTHONWARNINGS"].split(","))
+    code = ("import warnings\n"
+            "warnings.warn('Guards may run slower on Python 3.13.0. Consider upgrading to Python 3.13.1+.', "
+            "RuntimeWarning)\nwarnings.warn('Guards may run slower on Python 3.14', RuntimeWarning)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "3.13.0" not in done.stderr and "Guards may run slower on Python 3.14" in done.stderr

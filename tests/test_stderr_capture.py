@@ -33,3 +33,15 @@ def test_only_kinetos_own_lines_are_dropped(capfd):
         os.write(2, b"a real warning\n")
     sys.stderr.flush()
     assert capfd.readouterr().err == "a real warning\n"
+
+
+def test_the_text_carries_no_colour_codes(monkeypatch):
+    """What a Jupyter kernel's child does: FORCE_COLOR=1 (ipykernel sets it), and Python 3.13 colours its
+    traceback; the text is the same as an uncoloured one."""
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    with stderr_capture.capture_stderr() as captured:
+        os.write(2, b"\x1b[1;35mAttributeError\x1b[0m: \x1b[35mCan't get attribute 'X'\x1b[0m\n")
+        subprocess.run([sys.executable, "-c", "raise AttributeError('Y')"], check=False)
+    assert "\x1b[" not in captured.text
+    assert captured.text.startswith("AttributeError: Can't get attribute 'X'\n")
+    assert captured.text.rstrip().endswith("AttributeError: Y")
