@@ -1,7 +1,13 @@
 # The two commands a learner needs: `make lab` and `make test` (README.md).
 SHELL := /bin/bash
 PYTHON ?= python3
-VENV := .venv
+# PYTHON=python3.12 make test: an interpreter you name gets a venv of its own (.venv-python3.12), so that
+# .venv, made by the default python3, is never run as if it were another Python. VENV=... names one.
+ifneq ($(filter environment command,$(firstword $(origin PYTHON))),)
+VENV ?= .venv-$(notdir $(PYTHON))
+else
+VENV ?= .venv
+endif
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PORT ?= 8888
@@ -21,7 +27,7 @@ LAB_FLAGS := --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.port_
 	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 	--LabApp.extension_manager=readonly $(ROOT_FLAG)
 
-.PHONY: setup lab test coverage execute html doctor claims trace clean
+.PHONY: setup lab test matrix coverage execute html doctor claims trace clean
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -49,6 +55,12 @@ lab: $(STAMP) $(LAB_OVERRIDES)
 test: $(STAMP)
 	$(VENV)/bin/ruff check nbhelpers tests conftest.py
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The whole suite on every Python 3.10-3.13 this machine has, each in .venv-matrix/<version>; the table is
+# printed and written to matrix/README.md. PYTHONS="python3.10 /usr/bin/python3.11" names them instead;
+# MATRIX_ARGS="--second --pytest-args notebooks" is CI's run (the oldest interpreter besides $(PYTHON)).
+matrix:
+	$(PYTHON) tests/matrix.py --default $(PYTHON) $(if $(PYTHONS),--pythons "$(PYTHONS)") $(MATRIX_ARGS)
 
 # Line coverage of nbhelpers from the pytest part of `make test`: the unit tests and every notebook's kernel
 # (and the processes those start), combined; the figure is in the README. Not part of `make test` (slower).

@@ -1,0 +1,73 @@
+"""tests/matrix.py (`make matrix`): which interpreters it finds, which one CI adds, how it reads and reports a run."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests import matrix
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_running_interpreter_is_identified_by_its_real_executable():
+    found = matrix.identify(sys.executable)
+    assert found.version == ".".join(map(str, sys.version_info[:3]))
+    assert found.executable == os.path.realpath(sys.executable)
+
+
+def test_a_command_that_is_no_interpreter_is_left_out(tmp_path):
+    shim = tmp_path / "python3.12"                 # what a pyenv shim of an uninstalled version does
+    shim.write_text("#!/bin/sh\necho 'pyenv: python3.12: command not found' >&2\nexit 127\n")
+    shim.chmod(0o755)
+    assert matrix.identify(str(shim)) is None and matrix.identify(str(tmp_path / "missing")) is None
+
+
+def test_supported_keeps_each_executable_once_oldest_first_and_only_3_10_to_3_13():
+    found = [matrix.Interpreter("3.12.1", "/a/python3.12"), matrix.Interpreter("3.11.7", "/b/python3.11"),
+             matrix.Interpreter("3.11.2", "/usr/bin/python3.11"), matrix.Interpreter("3.9.18", "/c/python3.9"),
+             matrix.Interpreter("3.14.0", "/d/python3.14"), None, matrix.Interpreter("3.12.1", "/a/python3.12")]
+    assert [i.version for i in matrix.supported(found)] == ["3.11.2", "3.11.7", "3.12.1"]
+
+
+def test_ci_runs_the_oldest_interpreter_besides_the_default():
+    found = [matrix.Interpreter("3.10.13", "/p/python3.10"), matrix.Interpreter("3.11.7", "/p/python3.11")]
+    assert matrix.second(found, found[0]) == [found[1]]
+    assert matrix.second(found, found[1]) == [found[0]]
+    assert matrix.second(found[:1], found[0]) == []
+
+
+def test_candidates_look_on_path_in_pyenv_and_in_the_system_folders(tmp_path):
+    pyenv = tmp_path / "pyenv" / "versions" / "3.10.13" / "bin"
+    pyenv.mkdir(parents=True)
+    (pyenv / "python3.10").touch()
+    paths = matrix.candidates({"PATH": "/nonexistent", "PYENV_ROOT": str(tmp_path / "pyenv")})
+    assert str(pyenv / "python3.10") in paths and "/usr/bin/python3.13" in paths
+
+
+def test_two_builds_of_one_version_get_two_venvs():
+    taken = set()
+    a = matrix.venv_for(matrix.Interpreter("3.11.7", "/a"), taken)
+    b = matrix.venv_for(matrix.Interpreter("3.11.7", "/b"), taken)
+    assert a.name == "3.11.7" and b.name == "3.11.7-2"
+
+
+def test_junit_counts_and_failing_ids(tmp_path):
+    xml = tmp_path / "junit.xml"
+    xml.write_text('<testsuites><testsuite><testcase classname="notebooks.04" name="Cell 16"><failure/></testcase>'
+                   '<testcase classname="tests.test_a" name="test_ok"/><testcase classname="t" name="s"><skipped/>'
+                   '</testcase><testcase classname="t" name="e"><error/></testcase></testsuite></testsuites>')
+    assert matrix.read_junit(xml) == (1, 2, 1, ["notebooks.04::Cell 16", "t::e"])
+
+
+def test_the_table_names_every_interpreter_and_each_failure():
+    ok = matrix.Outcome(matrix.Interpreter("3.10.13", "/p/python3.10"), "passed", 10, 0, 1, [], 200.4, 700.6)
+    bad = matrix.Outcome(matrix.Interpreter("3.12.1", "/p/python3.12"), "failed", 9, 1, 1, ["nb::Cell 1"], 150, 650)
+    text = matrix.table([ok, bad], "", "abc1234")
+    assert "| 3.10.13 | `/p/python3.10` | passed | 10 | 0 | 1 | 200 s | 701 s |" in text
+    assert "- 3.12.1: nb::Cell 1" in text and "Commit abc1234" in text and "the whole suite" in text
+
+
+def test_make_matrix_with_no_interpreter_says_how_to_name_one():
+    done = subprocess.run(["make", "-s", "matrix", "PYTHONS=/nonexistent/python3.10"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "PYTHONS=/path/to/python3.10 make matrix" in done.stderr
