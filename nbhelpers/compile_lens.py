@@ -15,10 +15,10 @@ Three hooks of the installed torch, each for what only it sees:
   an *empty* graph, which `explain` cannot list (`optimizer.zero_grad()` at the top of a training step);
   each entry's guards (`dynamo_cpp_guards_str`) and each recompile's failed guards (`recompile_reasons`).
 - **inductor**, for the first graph: compiled again inside `torch._inductor.utils.run_and_get_code`, an
-  inference compile (under no_grad) that is never run. The CPU's C++ kernels carry no provenance comments
-  (inductor writes "Source Nodes" comments for Triton and other GPU back-ends, not for C++), so a kernel
-  is linked to the FX nodes whose op its name lists (inductor names a fused kernel after the ATen ops it
-  fuses: `cpp_fused_add_mul_pow_tanh_0`) and, through them, to lines.
+  inference compile (under no_grad) that is never run, with inductor's provenance tracking on: its map
+  says which Dynamo FX nodes each kernel came from, and through them which lines (a kernel's name is not
+  evidence: inductor names a kernel after every node whose lowering realised its buffer, so a kernel in
+  front of a custom op carries the op's name without computing it).
 
 A break's reason holds a `Gb_type` of `torch/_dynamo/graph_break_registry.json`, which gives its code
 (GB0124); its explanation and hints are the ones Dynamo filled in for it (the registry holds templates).
@@ -251,27 +251,37 @@ def _explained_as(head: str, entry: dict | None) -> dict:
 
 
 _KERNEL = re.compile(r"^(\w+) = async_compile\.\w+\(.*?r?'{3}(.*?)'{3}", re.S | re.M)
-_NAME_PARTS = re.compile(r"^(cpp|triton)_(fused|poi|red|per)_|_\d+$")
+_PROVENANCE = "inductor_provenance_tracking_node_mappings"
 
 
 def _kernels(gm, example_inputs, graph: FxGraph) -> tuple[Kernel, ...]:
-    """Compile one Dynamo graph (`graph` is its FxGraph) with inductor; each kernel, the Dynamo FX nodes
-    it covers and their lines. Inductor names a kernel after ATen ops, so the name is matched against
-    AOTAutograd's forward graph (`F.cross_entropy` is `_log_softmax` and `nll_loss_forward` there), whose
-    nodes say which Dynamo node each came from."""
+    """Compile one Dynamo graph (`graph` is its FxGraph) with inductor; each kernel, the Dynamo FX nodes whose
+    computation it contains, and their lines.
+
+    The links are inductor's own provenance (`trace.provenance_tracking_level=1`: the structured trace's
+    `inductor_provenance_tracking_node_mappings`, kernel -> post-grad nodes -> Dynamo's nodes), with one
+    correction: inductor also lists for a fused kernel the node it was lowering when it realised the kernel's
+    buffer, which for a buffer an extern call then reads (a custom op, a BLAS matmul) is that call's node. A
+    node computed by an extern call is the call's, not any fused kernel's."""
     from torch._inductor.compile_fx import compile_fx
     from torch._inductor.utils import run_and_get_code
 
-    with torch.no_grad():
+    with _structured_trace() as records, torch.no_grad(), \
+            torch._inductor.config.patch({"trace.provenance_tracking_level": 1}):
         _, codes = run_and_get_code(lambda: compile_fx(gm, example_inputs))     # compiled, never run
+    (mapping,) = [json.loads(payload) for metadata, payload in records
+                  if metadata.get("artifact", {}).get("name") == _PROVENANCE]
+    to_dynamo = mapping["postToPre"]
+    owners = {key.rsplit(":", 1)[0]: post for key, post in mapping["cppCodeToPost"].items()}
+    by_extern = {node for name, post in owners.items() if not name.startswith(("cpp_", "triton_")) for node in post}
     line_of = {n.name: n.line for n in graph.nodes}
-    aten = [(n.target.split(".")[0].strip("_"), n.source or n.name) for n in graph.forward or graph.nodes
-            if n.op.startswith("call_")]
+    order = {n.name: k for k, n in enumerate(graph.nodes)}
     found = []
     for code in codes:
         for name, source in _KERNEL.findall(code):
-            ops = f"_{_NAME_PARTS.sub('', name)}_"              # "_add_clamp_min_mul_" holds "_clamp_min_"
-            covered = tuple(dict.fromkeys(fx for op, fx in aten if f"_{op}_" in ops and fx in line_of))
+            post = [node for node in owners.get(name, ()) if node not in by_extern]
+            covered = tuple(sorted({pre for node in post for pre in to_dynamo.get(node, ()) if pre in line_of},
+                                   key=order.get))
             lines = tuple(dict.fromkeys(line_of[fx] for fx in covered if line_of[fx]))
             found.append(Kernel(name, source, covered, lines))
     return tuple(found)

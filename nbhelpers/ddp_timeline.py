@@ -9,7 +9,7 @@ start of that backward, which every rank begins after a barrier, so the ranks' r
 how much of the communication ran while backward was still computing; `plot` draws the ranks one above another.
 
 Example:
-    ranks = distributed.launch(ddp_timeline.profile_backward, 2, 25)      # bucket_cap_mb=25
+    ranks = distributed.launch(ddp_timeline.profile_backward, 2, 25)      # bucket_cap_mb=25, first bucket too
     ddp_timeline.overlap(ranks[0])                                         # 0.0: one bucket, sent at the end
     ddp_timeline.plot({"25 MB buckets": ranks})
 """
@@ -39,9 +39,14 @@ class RankTimeline:
     parameter_bytes: int
 
 
-def profile_backward(rank: int, world_size: int, bucket_cap_mb: float, steps: int = 3) -> RankTimeline:
+def profile_backward(rank: int, world_size: int, bucket_cap_mb: float | None, steps: int = 3) -> RankTimeline:
     """Train `steps` steps of a 784-1024-1024-1024-10 MLP under DDP with `bucket_cap_mb`; time the last
-    backward. The first steps let DDP rebuild its buckets in the order the gradients became ready."""
+    backward. The first steps let DDP rebuild its buckets in the order the gradients became ready.
+
+    bucket_cap_mb=None is DDP's default: 25 MiB buckets, but the first one capped at 1 MiB
+    (dist._DEFAULT_FIRST_BUCKET_BYTES); a cap passed explicitly applies to the first bucket too."""
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1 (the last one is recorded), got {steps}")
     torch.manual_seed(0)
     torch.set_num_threads(1)                               # two ranks share the machine's cores
     model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),

@@ -175,28 +175,45 @@ def unused_parameters(rank: int, world_size: int) -> dict:
 
 
 def compile_orders(rank: int, world_size: int, backend: str = "aot_eager") -> dict:
-    """Train 3 steps with DDP(compile(model)) and with compile(DDP(model)); count the graphs Dynamo
-    compiled and the graph-break reasons in each, and check the weights stay identical across ranks."""
+    """Train 3 steps with DDP(compile(model)) and compile(DDP(model)), for the sandwich MLP and for the same
+    layers in an nn.Sequential; per set-up: the graphs Dynamo compiled, the graph-break reasons, how often
+    Dynamo's DDPOptimizer split a compiled graph at its estimate of DDP's buckets, and whether the ranks'
+    weights stay identical."""
+    from torch._dynamo.backends.distributed import DDPOptimizer
     from torch._dynamo.utils import counters
 
+    splits = []
+    original = DDPOptimizer.compile_fn
+
+    def counted(self, gm, example_inputs, **configs):
+        splits.append(len(gm.graph.nodes))
+        return original(self, gm, example_inputs, **configs)
+
     report = {}
-    for name in ("DDP(compile(model))", "compile(DDP(model))"):
-        breaks_before = dict(counters["graph_break"])
-        torch.manual_seed(0)
-        model = models.mlp()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        x, y = _shard(*digit_batch(), rank, world_size)
-        with compilation.watch_compiles() as log:    # resets Dynamo, holds back its log lines
-            wrapped = DDP(torch.compile(model, backend=backend)) if name.startswith("DDP") else \
-                torch.compile(DDP(model), backend=backend)
-            for _ in range(3):
-                optimizer.zero_grad(set_to_none=True)
-                F.cross_entropy(wrapped(x), y).backward()
-                optimizer.step()
-        digests = [None] * world_size
-        dist.all_gather_object(digests, _digest(model))
-        reasons = sorted({k.splitlines()[0] for k, v in counters["graph_break"].items() if v > breaks_before.get(k, 0)})
-        report[name] = {"graphs": log.graphs, "breaks": reasons, "ranks_agree": len(set(digests)) == 1}
+    DDPOptimizer.compile_fn = counted                    # this rank's process only; restored below
+    try:
+        for name in ("DDP(compile(model))", "compile(DDP(model))", "compile(DDP(nn.Sequential))"):
+            breaks_before, splits_before = dict(counters["graph_break"]), len(splits)
+            torch.manual_seed(0)
+            model = models.mlp() if "Sequential" not in name else \
+                nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            x, y = _shard(*digit_batch(), rank, world_size)
+            with compilation.watch_compiles() as log:    # resets Dynamo, holds back its log lines
+                wrapped = DDP(torch.compile(model, backend=backend)) if name.startswith("DDP") else \
+                    torch.compile(DDP(model), backend=backend)
+                for _ in range(3):
+                    optimizer.zero_grad(set_to_none=True)
+                    F.cross_entropy(wrapped(x), y).backward()
+                    optimizer.step()
+            digests = [None] * world_size
+            dist.all_gather_object(digests, _digest(model))
+            reasons = sorted({k.splitlines()[0] for k, v in counters["graph_break"].items()
+                              if v > breaks_before.get(k, 0)})
+            report[name] = {"graphs": log.graphs, "breaks": reasons, "ddp_optimizer": len(splits) - splits_before,
+                            "ranks_agree": len(set(digests)) == 1}
+    finally:
+        DDPOptimizer.compile_fn = original
     return report
 
 

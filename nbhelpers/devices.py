@@ -113,11 +113,12 @@ def _bf16() -> Capability:
         ok = torch.cuda.is_bf16_supported()
         return Capability("bfloat16", ok, f"{torch.cuda.get_device_name(0)} "
                           f"{'supports' if ok else 'lacks'} bf16", "06 mixed precision")
-    # ATen's check is "avx512bw, avx512vl and avx512dq" (mkldnn_bf16_device_check), not bf16 math units
+    # ATen decides from the CPU's instruction sets (mkldnn_bf16_device_check); the criterion has changed
+    # between releases, so ask it rather than restate it
     onednn = torch.ops.mkldnn._is_mkldnn_bf16_supported()
     why = (f"CPU {torch.backends.cpu.get_cpu_capability()}: bf16 runs; "
-           + ("oneDNN's bf16 kernels are enabled (AVX512 BW/VL/DQ)" if onednn
-              else "oneDNN's bf16 kernels need AVX512, so expect bf16 to be slower than fp32"))
+           + ("oneDNN's bf16 kernels are enabled for this CPU" if onednn
+              else "oneDNN's bf16 kernels are not enabled for this CPU, so expect bf16 to be slower than fp32"))
     return Capability("bfloat16", True, why, "06 mixed precision")
 
 
@@ -145,6 +146,16 @@ def _cxx_compiler() -> Capability:
     return Capability("C++ compiler (inductor)", ok, why, "torch.compile on CPU")
 
 
+def _openmp_flags(cxx: str) -> list[str]:
+    """The OpenMP flags inductor itself passes (torch/_inductor/cpp_builder.py, _get_openmp_args): -fopenmp
+    and libgomp on Linux; -Xclang -fopenmp and libomp's paths on macOS, whose clang refuses a bare -fopenmp."""
+    from torch._inductor.cpp_builder import _get_openmp_args
+
+    cflags, ldflags, includes, lib_dirs, libs, _ = _get_openmp_args(cxx)
+    return ([f"-{f}" for f in cflags] + [f"-I{d}" for d in includes] + [f"-L{d}" for d in lib_dirs]
+            + [f"-{f}" for f in ldflags] + [f"-l{lib}" for lib in libs])
+
+
 def _compiles_openmp(cxx: str) -> tuple[bool, str]:
     if shutil.which(cxx) is None:
         return False, f"{cxx} is not on PATH; install g++ (Linux) or Xcode's clang (macOS)"
@@ -152,7 +163,7 @@ def _compiles_openmp(cxx: str) -> tuple[bool, str]:
         src = Path(tmp, "probe.cpp")
         src.write_text(_OPENMP_PROBE)
         try:
-            run = subprocess.run([cxx, "-fopenmp", str(src), "-o", str(Path(tmp, "probe"))],
+            run = subprocess.run([cxx, str(src), *_openmp_flags(cxx), "-o", str(Path(tmp, "probe"))],
                                  capture_output=True, text=True, timeout=60)
         except subprocess.TimeoutExpired:
             return False, f"{cxx} did not finish compiling a 2-line program within 60 s"

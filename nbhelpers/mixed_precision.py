@@ -63,7 +63,9 @@ class OpDtypes:
 
     @property
     def policy(self) -> str:
-        """What autocast did: cast down, cast up to float32, or left the op alone (input dtype)."""
+        """What the output dtypes show: cast down, float32 from either input, or the input's dtype. Why an op
+        ends in float32 (autocast's float32 list, or ordinary type promotion with a float32 operand) is not
+        visible in dtypes; `torch._C._dispatch_has_kernel_for_dispatch_key(op, "AutocastCPU")` tells."""
         if self.from_fp32 == self.from_low == self.low:
             return f"cast down to {_short(self.low)}"
         if self.from_fp32 == self.from_low == torch.float32:
@@ -86,9 +88,9 @@ def autocast_dtype_table(device_type: str, dtype: torch.dtype, ops: dict | None 
 
 
 def render_dtype_table(rows: tuple[OpDtypes, ...]) -> str:
-    """A plain-text table: op, output dtype from fp32 inputs and from low-precision inputs, policy."""
+    """A plain-text table: op, output dtype from fp32 inputs and from low-precision inputs, what that shows."""
     low = _short(rows[0].low)
-    lines = [f"{'op':<18}{'fp32 in':>9}{low + ' in':>9}   autocast"]
+    lines = [f"{'op':<18}{'fp32 in':>9}{low + ' in':>9}   output"]
     lines += [f"{r.op:<18}{_short(r.from_fp32):>9}{_short(r.from_low):>9}   {r.policy}" for r in rows]
     return "\n".join(lines)
 

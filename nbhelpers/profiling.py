@@ -68,7 +68,7 @@ class Work:
     """What one call does, structurally: FLOPs (FlopCounterMode's count) and bytes its ATen ops read and write."""
 
     flops: int
-    bytes_moved: int          # inputs plus outputs of every non-view op: a lower bound of memory traffic
+    bytes_moved: int          # inputs plus outputs of every non-view op, as if nothing stayed in cache: an estimate
 
 
 def work(fn) -> Work:

@@ -62,11 +62,15 @@ def describe(t: torch.Tensor) -> TensorInfo:
 
 
 def shares_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """True when `a` and `b` read and write the same memory (a view, `.detach()`, `.data`, ...)."""
+    """True when `a` and `b` use the same storage (a view, `.detach()`, `.data`, ...), so a write through one
+    can show through the other; they need not share an element (`x[:2]` and `x[2:]`).
+
+    It compares the storages themselves (`_cdata`, the key torch.storage's own `__deepcopy__` uses), not their
+    data pointers: two empty tensors both point at 0 and share nothing."""
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    return a.device == b.device and a.untyped_storage()._cdata == b.untyped_storage()._cdata
 
 
 @dataclass(frozen=True)

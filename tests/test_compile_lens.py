@@ -143,6 +143,30 @@ def test_kernels_map_to_fx_nodes_and_lines():
     assert "#include" in kernel.source or "extern" in kernel.source         # the generated C++
 
 
+@torch.library.custom_op("nbtest::scaled_relu", mutates_args=())
+def _scaled_relu(x: torch.Tensor, scale: float) -> torch.Tensor:
+    return x.clamp_min(0) * scale
+
+
+@_scaled_relu.register_fake
+def _(x, scale):
+    return torch.empty_like(x)
+
+
+def _through_a_custom_op(x):
+    return torch.sin(torch.ops.nbtest.scaled_relu(x * 2.0, 3.0)) + 1
+
+
+def test_kernels_link_by_provenance_and_an_extern_op_to_no_kernel():
+    """Inductor names the kernel before the op `..._mul_scaled_relu_0` (it realised that buffer while lowering
+    the op), but its C++ computes only x * 2: the op is an extern call of its own, linked to no kernel."""
+    report = compile_lens.capture(_through_a_custom_op, torch.rand(64))
+    first, second = report.kernels
+    assert "scaled_relu" in first.name and first.fx_nodes == ("mul",) and "2.0" in first.source
+    assert set(second.fx_nodes) == {"sin", "add"}
+    assert not [k for k in report.kernels if "scaled_relu" in k.fx_nodes]
+
+
 def test_the_view_links_lines_to_fx_nodes_and_kernels():
     from nbhelpers import graph_view
 

@@ -30,3 +30,8 @@ def test_one_bucket_is_sent_after_the_last_gradient():
     for t in ranks:
         assert [nbytes for _, nbytes, _, _ in t.allreduce] == [t.parameter_bytes]
         assert ddp_timeline.overlap(t) == 0.0 and t.backward_ms >= t.allreduce[0][3]
+
+
+def test_no_step_is_refused_before_any_process_group_is_needed():
+    with pytest.raises(ValueError, match="steps must be at least 1"):
+        ddp_timeline.profile_backward(0, 1, None, steps=0)

@@ -68,6 +68,25 @@ def test_compiler_probe_reports_a_compiler_that_fails():
     assert not ok and "cannot build with OpenMP" in why
 
 
+def test_the_compiler_probe_passes_inductors_openmp_flags(monkeypatch):
+    """On macOS inductor passes -Xclang -fopenmp and libomp's paths (Apple clang refuses a bare -fopenmp);
+    the probe asks inductor instead of assuming Linux's flags."""
+    import sys
+
+    from torch._inductor import cpp_builder
+
+    if sys.platform == "linux":
+        assert devices._openmp_flags("g++") == ["-fopenmp", "-lgomp"]
+    monkeypatch.setattr(cpp_builder, "_IS_MACOS", True)
+    monkeypatch.setattr(cpp_builder, "_is_apple_clang", lambda cxx: True)
+    monkeypatch.setattr(cpp_builder, "homebrew_libomp", lambda: (True, "/opt/homebrew/opt/libomp"))
+    monkeypatch.delenv("OMP_PREFIX", raising=False)
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    flags = devices._openmp_flags("clang++")
+    assert flags[:2] == ["-Xclang", "-fopenmp"] and "-I/opt/homebrew/opt/libomp/include" in flags
+    assert "-L/opt/homebrew/opt/libomp/lib" in flags and "-lomp" in flags
+
+
 def test_compiler_probe_accepts_this_machines_compiler():
     import shutil
 

@@ -34,6 +34,9 @@ def test_shares_storage():
     x = torch.zeros(4)
     assert storage.shares_storage(x, x[1:]) and storage.shares_storage(x, x.detach())
     assert not storage.shares_storage(x, x.clone())
+    assert storage.shares_storage(x[:2], x[2:])                                  # one storage, no common byte
+    assert not storage.shares_storage(torch.empty(0), torch.empty(0))            # both data pointers are 0
+    assert not storage.shares_storage(torch.empty(2, device="meta"), torch.empty(2, device="meta"))
     with pytest.raises(TypeError, match="b must be a torch.Tensor"):
         storage.shares_storage(x, [0.0])
 
