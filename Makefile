@@ -27,7 +27,7 @@ LAB_FLAGS := --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.port_
 	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 	--LabApp.extension_manager=readonly $(ROOT_FLAG)
 
-.PHONY: setup lab test matrix coverage execute html doctor claims trace clean
+.PHONY: setup lab test matrix coverage execute html doctor claims index trace clean
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -53,7 +53,7 @@ lab: $(STAMP) $(LAB_OVERRIDES)
 	exec $(VENV)/bin/jupyter lab $(LAB_FLAGS) $(LAB_ARGS)
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check nbhelpers tests conftest.py
+	$(VENV)/bin/ruff check nbhelpers tests conftest.py claims
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The whole suite on every Python 3.10-3.13 this machine has, each in .venv-matrix/<version>; the table is
@@ -97,20 +97,24 @@ trace: $(STAMP)
 	$(VENV)/bin/tlparse build/trace/logs/* -o build/trace/report --no-browser --overwrite > /dev/null
 	@echo "wrote build/trace/report/index.html"
 
-# The rot sentinel: every notebook on another torch, in its own venv; a report per myth-index row under claims/.
-# PyPI's torchvision needs PyPI's torch build: a local "+cpu" file of the same release cannot host its
-# operators ("operator torchvision::nms does not exist"), so that file is excluded. Not part of `make test`.
-CLAIMS_TORCH ?= 2.13.0
-CLAIMS_TORCHVISION ?= 0.28.0
-CLAIMS_VENV := .venv-claims
-# Kept in their double quotes: a pin may carry a marker ("numpy==2.2.6; python_version < '3.11'").
-OTHER_PINS = $(shell grep -oE '"[A-Za-z0-9_.-]+==[^"]+"' pyproject.toml | grep -vE '"torch(vision)?==')
+# The myth index's probes (claims/probes/) on another torch, in a venv of its own (.venv-claims-VERSION); writes
+# claims/torch-VERSION.md, then `make index` redraws notebooks/README.md from the committed reports. The probes
+# need only torch; torchvision, when a release of it is known to match, settles one row. PyPI's torchvision needs
+# PyPI's torch build: a local "+cpu" file of the same release cannot host its operators, so that file is excluded.
+# torch 2.1 was built against NumPy 1. It downloads that torch once; not part of `make test`.
+CLAIMS_TORCH ?= 2.1.2
+TORCHVISION_OF := 2.1.2=0.16.2 2.12.1=0.27.1 2.13.0=0.28.0 2.14.1=0.29.1
+CLAIMS_TORCHVISION ?= $(patsubst $(CLAIMS_TORCH)=%,%,$(filter $(CLAIMS_TORCH)=%,$(TORCHVISION_OF)))
+CLAIMS_VENV = .venv-claims-$(CLAIMS_TORCH)
 claims:
 	@test -x $(CLAIMS_VENV)/bin/python || $(PYTHON) -m venv $(CLAIMS_VENV)
 	$(CLAIMS_VENV)/bin/python -m pip install -q "torch==$(CLAIMS_TORCH)" "torch!=$(CLAIMS_TORCH)+cpu" \
-		"torchvision==$(CLAIMS_TORCHVISION)" $(OTHER_PINS) $(PIP_QUIET)
-	$(CLAIMS_VENV)/bin/python -m pip install -q --no-deps -e . $(PIP_QUIET)
-	$(CLAIMS_VENV)/bin/python -m nbhelpers claims --out claims/torch-$(CLAIMS_TORCH).md
+		$(if $(CLAIMS_TORCHVISION),"torchvision==$(CLAIMS_TORCHVISION)") \
+		$(if $(filter 2.1.%,$(CLAIMS_TORCH)),"numpy<2") $(PIP_QUIET)
+	$(CLAIMS_VENV)/bin/python -m claims.probes --out claims/torch-$(CLAIMS_TORCH).md
+
+index: $(STAMP)
+	$(PY) -m claims.probes --index notebooks/README.md
 
 clean:
 	rm -rf build data/cache

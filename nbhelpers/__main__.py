@@ -1,4 +1,4 @@
-"""python -m nbhelpers doctor | execute NOTEBOOK... | html --out DIR NOTEBOOK... | claims --out FILE [NOTEBOOK...]"""
+"""python -m nbhelpers doctor | execute NOTEBOOK... | html --out DIR NOTEBOOK..."""
 from __future__ import annotations
 
 import argparse
@@ -48,12 +48,6 @@ def _html(notebooks: list[Path], out: Path) -> int:
     return 0
 
 
-def _claims(out: Path, notebooks: list[Path], reuse: bool) -> int:
-    from nbhelpers._claims import main as run_claims
-
-    return run_claims(out, notebooks, reuse)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m nbhelpers", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -63,17 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     site = sub.add_parser("html", help="build a static site that renders offline")
     site.add_argument("--out", type=Path, default=Path("build/site"))
     site.add_argument("notebooks", nargs="+", type=Path)
-    claims = sub.add_parser("claims", help="run every notebook on this torch; report per myth-index row")
-    claims.add_argument("--out", type=Path, required=True)
-    claims.add_argument("--reuse", action="store_true", help="compare the last run's executed copies again")
-    claims.add_argument("notebooks", nargs="*", type=Path)
     args = parser.parse_args(argv)
     if args.command == "doctor":
         return _doctor()
     if args.command == "execute":
         return _execute(args.notebooks)
-    if args.command == "claims":
-        return _claims(args.out, args.notebooks, args.reuse)
     return _html(args.notebooks, args.out)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from nbhelpers import __main__ as cli
-from nbhelpers import _claims, _notebook_tools, data, devices
+from nbhelpers import _notebook_tools, data, devices
 
 
 def test_doctor_names_the_machine_and_verifies_the_data(capsys):
@@ -46,13 +46,6 @@ def test_html_builds_the_site_where_asked(capsys, monkeypatch, tmp_path):
     assert capsys.readouterr().out == f"wrote 1 page(s) and index.html to {tmp_path}\n"
 
 
-def test_claims_hands_over_its_arguments_and_its_exit_code(monkeypatch, tmp_path):
-    calls = []
-    monkeypatch.setattr(_claims, "main", lambda out, notebooks, reuse: calls.append((out, notebooks, reuse)) or 3)
-    assert cli.main(["claims", "--out", str(tmp_path / "c.md"), "--reuse"]) == 3
-    assert calls == [(tmp_path / "c.md", [], True)]
-
-
 def test_no_command_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as stopped:
         cli.main([])
@@ -65,11 +58,14 @@ def test_no_command_is_a_usage_error(capsys):
 def test_the_program_exits_with_the_commands_code(monkeypatch, tmp_path):
     import runpy
 
-    monkeypatch.setattr(_claims, "main", lambda out, notebooks, reuse: 3)
-    monkeypatch.setattr(sys, "argv", ["python -m nbhelpers", "claims", "--out", str(tmp_path / "c.md")])
+    def no_state(notebooks, out):
+        raise _notebook_tools.MissingWidgetState("a.ipynb has no widget state")
+
+    monkeypatch.setattr(_notebook_tools, "build_site", no_state)
+    monkeypatch.setattr(sys, "argv", ["python -m nbhelpers", "html", "--out", str(tmp_path), "a.ipynb"])
     with pytest.raises(SystemExit) as stopped:
         runpy.run_module("nbhelpers", run_name="__main__")
-    assert stopped.value.code == 3
+    assert stopped.value.code == 1
 
 
 def test_it_runs_as_a_program():
