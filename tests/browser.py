@@ -109,3 +109,21 @@ def check_compile_view_clicks(view, graph: dict, line: str, code: str) -> None:
     click_box(view, f"break {code}: {line}")
     details = view.locator(".gv-details").inner_text()
     assert f"code\n{code}" in details and "explain lists it" in details, details
+
+
+CUSTOM_OP_KERNEL = "cpp_fused_mul_scaled_relu_0"      # inductor names a kernel after the nodes near it
+CUSTOM_OP_NODE = "scaled_relu_default: scaled_relu.default"
+
+
+def check_kernel_links_by_provenance(view, graph: dict) -> None:
+    """11's compile view: a click on the kernel inductor named after `scaled_relu` lights up the nodes whose
+    computation its code contains (`mul`), as the stored graph links them, and not the custom op, which runs
+    as an extern kernel; the panel lists what the kernel fuses, without the op."""
+    labels = [n[0] for n in graph["nodes"]]
+    linked = {labels[k] for k in graph["nodes"][labels.index(CUSTOM_OP_KERNEL)][7]}
+    assert "mul: mul" in linked and CUSTOM_OP_NODE not in linked, linked
+    custom = view.locator(".gv-pane").first           # the view is a diff: the custom op's graph on the left
+    click_box(custom, CUSTOM_OP_KERNEL)
+    assert lit_labels(custom) == linked
+    fused = view.locator(".gv-details").inner_text().split("fuses", 1)[1]
+    assert "mul" in fused and "scaled_relu_default" not in fused, fused

@@ -196,6 +196,15 @@ def test_the_compile_view_responds_in_jupyterlab(page, lab):
 
 
 @pytest.mark.browser
+def test_a_kernel_links_to_the_nodes_it_computes_in_jupyterlab(page, lab):
+    open_notebook(page, lab, "11_custom_ops.ipynb")
+    view = browser.view_with(page, browser.CUSTOM_OP_KERNEL)
+    view.locator(".gv-box").first.wait_for(timeout=60_000)
+    notebook = REPO / "notebooks" / "11_custom_ops.ipynb"
+    browser.check_kernel_links_by_provenance(view, browser.stored_graph(notebook, browser.CUSTOM_OP_KERNEL))
+
+
+@pytest.mark.browser
 def test_graph_view_interactions_in_jupyterlab(page, lab):
     open_and_run_all(page, lab, "02_autograd_graph.ipynb")
     page.locator(".jp-OutputArea-output", has_text="characters of SVG").first.wait_for(timeout=240_000)

@@ -13,6 +13,7 @@ from tests import browser
 
 REPO = Path(__file__).resolve().parent.parent
 COMPILE_NB = REPO / "notebooks" / "05_compile_backends.ipynb"
+CUSTOM_OPS_NB = REPO / "notebooks" / "11_custom_ops.ipynb"
 
 
 def _without_widget_state(path: Path, tmp_path: Path) -> Path:
@@ -62,7 +63,8 @@ def site(tmp_path_factory):
     hostile_nb = _executed(root / "98_hostile.ipynb", HOSTILE_CELL)
     big_nb = _executed(root / "97_big.ipynb", BIG_CELL)
     pages = _notebook_tools.build_site([REPO / "notebooks" / "00_environment.ipynb", REPO / "notebooks" /
-                                        "02_autograd_graph.ipynb", COMPILE_NB, big_nb, hostile_nb, widget_nb],
+                                        "02_autograd_graph.ipynb", COMPILE_NB, CUSTOM_OPS_NB, big_nb, hostile_nb,
+                                        widget_nb],
                                        root / "out")
     return root / "out", pages
 
@@ -100,7 +102,7 @@ graph_view.show(graph_view.from_autograd(autograd_graph.trace(loss, module=model
 def test_pages_name_no_remote_script_or_style(site):
     out, pages = site
     assert [p.name for p in pages] == ["00_environment.html", "02_autograd_graph.html", "05_compile_backends.html",
-                                       "97_big.html", "98_hostile.html", "99_widget.html"]
+                                       "11_custom_ops.html", "97_big.html", "98_hostile.html", "99_widget.html"]
     for page in pages:
         html = page.read_text()
         remote = re.findall(r'<(?:script|link)[^>]+(?:src|href)="(https?://[^"]+)"', html)
@@ -164,6 +166,14 @@ def test_the_compile_view_links_a_line_to_its_fx_nodes_offline(page, served):
     browser.click_box(step, "cpp_fused__log_softmax_nll_loss_forward_1")   # a kernel: what it fused, from where
     assert browser.lit_labels(step) == {"loss: cross_entropy", "loss = F.cross_entropy(net(x), y)"}
     assert "fuses\nloss" in step.locator(".gv-details").inner_text()
+
+
+@pytest.mark.browser
+def test_a_kernel_links_to_the_nodes_it_computes_offline(page, served):
+    page.goto(f"{served}/11_custom_ops.html")
+    view = browser.view_with(page, browser.CUSTOM_OP_KERNEL)
+    view.locator(".gv-box").first.wait_for(timeout=60_000)
+    browser.check_kernel_links_by_provenance(view, browser.stored_graph(CUSTOM_OPS_NB, browser.CUSTOM_OP_KERNEL))
 
 
 @pytest.mark.browser
