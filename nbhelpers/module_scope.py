@@ -23,6 +23,9 @@ Example:
 """
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import torch
 from torch.utils._pytree import tree_flatten
 
@@ -59,6 +62,7 @@ class _Scope:
 
     def __init__(self):
         self.stack: list[tuple[str, int]] = []           # (path, first sequence nr) per running module
+        self.spans: list[_Span] = []                 # finished calls under the outermost running module
         self.names: dict[int, str] = {}              # id(module) -> path, from the outermost module
         self.handles = []
         self.steps: list[str] = []                   # the optimizers whose step() is running
@@ -76,14 +80,15 @@ class _Scope:
     def __exit__(self, *exc):
         for h in self.handles:
             h.remove()
-        self.handles, self.stack, self.steps = [], [], []
+        self.handles, self.stack, self.steps, self.spans = [], [], [], []
 
     def current(self) -> tuple[str, str]:
-        """(module path, "forward", "backward" or "optimizer") for the op running now; in an optimizer's
-        step() the path is the optimizer's `<class>.step`."""
+        """(module path, "forward", "backward", "recompute" or "optimizer") for the op running now; in an
+        optimizer's step() the path is the optimizer's `<class>.step`. "recompute" is a module's forward run
+        again during backward, as activation checkpointing does to rebuild what it did not save."""
         node = torch._C._current_autograd_node()
         if node is not None:
-            return module_of(node), "backward"
+            return (self.stack[-1][0], "recompute") if self.stack else (module_of(node), "backward")
         if self.steps:
             return self.steps[-1], "optimizer"
         return (self.stack[-1][0] if self.stack else OUTSIDE), "forward"
@@ -92,22 +97,32 @@ class _Scope:
         self.steps.append(f"{type(optimizer).__name__}.step")
 
     def _enter_module(self, module, args):
+        # Dynamo traces these hooks when it compiles a module's forward: doing nothing there keeps the hooks
+        # out of the compiled graph (no graph break, no guard on them), and the compiled program's nodes are
+        # tagged by the module that called the compiled code, which runs its hooks eagerly
+        if torch.compiler.is_compiling():
+            return
         if not self.stack:                           # an outermost module: name everything under it once
-            root = type(module).__name__
-            self.names = {id(m): f"{root}.{path}" if path else root for path, m in module.named_modules()}
+            self.names = _paths(module)
         name = self.names.get(id(module), type(module).__name__)
         with torch.enable_grad():
             first = _next_sequence_nr()
         self.stack.append((name, first))
 
     def _leave_module(self, module, args, output):
-        chain = tuple(entry[0] for entry in self.stack)
+        if torch.compiler.is_compiling():
+            return
+        chain = tuple(entry[0] for entry in self.stack) or (type(module).__name__,)
         _, first = self.stack.pop() if self.stack else (None, 0)
-        chain = chain or (type(module).__name__,)
+        with torch.enable_grad():
+            end = _next_sequence_nr()
+        self.spans.append(_Span(first, end, chain))
         owned = {id(p) for p in module.parameters()}
-        for t in tree_flatten(output)[0]:
-            if isinstance(t, torch.Tensor) and t.grad_fn is not None:
-                _tag_new_nodes(t.grad_fn, chain, first, owned)
+        # what the forward returned, in any container, and what it kept on the module (`self.attn = ...`)
+        roots = [t.grad_fn for t in _tensors_in((output, vars(module))) if t.grad_fn is not None]
+        _tag_new_nodes(roots, self.spans, first, owned)
+        if not self.stack:
+            self.spans = []
 
 
 def record() -> _Scope:
@@ -116,10 +131,27 @@ def record() -> _Scope:
     return _Scope()
 
 
-def _tag_new_nodes(node, name: tuple[str, ...], first: int, owned: set[int]) -> None:
-    """Tag nodes made since `first` (and the AccumulateGrad of this module's own parameters); the
-    innermost module finishes first, so a node keeps the most specific path."""
-    stack, seen = [node], set()
+@dataclass(frozen=True)
+class _Span:
+    """One finished module call: the sequence numbers its nodes got, [first, end), and its module chain."""
+
+    first: int
+    end: int
+    chain: tuple[str, ...]
+
+
+def _innermost(spans: list[_Span], sequence_nr: int) -> tuple[str, ...] | None:
+    """The chain of the innermost finished call whose span holds `sequence_nr`: calls nest or follow one
+    another, so of the spans that hold it, the innermost started last."""
+    holding = [s for s in spans if s.first <= sequence_nr < s.end]
+    return max(holding, key=lambda s: s.first).chain if holding else None
+
+
+def _tag_new_nodes(roots: list, spans: list[_Span], first: int, owned: set[int]) -> None:
+    """Tag each node made since `first` with the innermost module call that made it, however it was reached
+    (a node an inner module returned inside a dataclass is found from here, and still credited to that
+    module); the AccumulateGrad of this module's own parameters gets this module's chain (spans[-1])."""
+    stack, seen = list(roots), set()
     while stack:
         n = stack.pop()
         if n is None or n in seen:
@@ -127,9 +159,36 @@ def _tag_new_nodes(node, name: tuple[str, ...], first: int, owned: set[int]) -> 
         seen.add(n)
         if n.name() == _ACCUMULATE:
             if id(n.variable) in owned and _TAG not in n.metadata:
-                n.metadata[_TAG] = name
+                n.metadata[_TAG] = spans[-1].chain
             continue
         if n._sequence_nr() < first:                 # made before this module's forward began
             continue
-        n.metadata.setdefault(_TAG, name)            # an inner module's tag stays
+        if _TAG not in n.metadata:
+            n.metadata[_TAG] = _innermost(spans, n._sequence_nr()) or spans[-1].chain
         stack.extend(f for f, _ in n.next_functions)
+
+
+def _tensors_in(value, depth: int = 0) -> list[torch.Tensor]:
+    """The tensors in a forward's result: pytree containers (tuples, lists, dicts, namedtuples) and
+    dataclasses, nested; other objects are not opened."""
+    if depth > 8:
+        return []
+    found = []
+    for leaf in tree_flatten(value)[0]:
+        if isinstance(leaf, torch.Tensor):
+            found.append(leaf)
+        elif dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
+            found += _tensors_in([getattr(leaf, f.name) for f in dataclasses.fields(leaf)], depth + 1)
+    return found
+
+
+def _paths(root: torch.nn.Module) -> dict[int, str]:
+    """id(module) -> its path from `root`, named after the root's class; a compiled module
+    (`torch.compile(m)`, an OptimizedModule) is named as the module it wraps."""
+    top = type(getattr(root, "_orig_mod", root)).__name__
+    names = {id(m): f"{top}.{path}".replace("._orig_mod", "").replace("_orig_mod.", "") if path else top
+             for path, m in root.named_modules()}
+    for m in root.modules():
+        if hasattr(m, "_orig_mod"):
+            names[id(m._orig_mod)] = names[id(m)]
+    return names

@@ -1,8 +1,10 @@
 """nbhelpers.module_scope: which module made each autograd node, the optimizer's own phase, and no leftovers."""
+import dataclasses
+
 import torch
 from torch import nn
 
-from nbhelpers import module_scope
+from nbhelpers import autograd_graph, module_scope
 
 
 def test_nodes_are_tagged_with_the_innermost_module_and_the_loss_is_outside():
@@ -34,3 +36,45 @@ def test_the_scope_removes_its_hooks():
     with scope:
         assert len(scope.handles) == 4
     assert scope.handles == [] and scope.current() == (module_scope.OUTSIDE, "forward")
+
+
+class _Kept(torch.nn.Module):
+    """Returns a dataclass, and keeps a second result on itself: ops of its own in both (tanh, exp)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        self.kept = torch.exp(self.linear(x))
+        return _Result(torch.tanh(self.linear(x)), {"extra": torch.sin(x)})
+
+
+@dataclasses.dataclass
+class _Result:
+    value: torch.Tensor
+    more: dict
+
+
+class _Parent(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.child = _Kept()
+
+    def forward(self, x):
+        result = self.child(x)
+        return _Result(torch.sigmoid(result.value) + self.child.kept + result.more["extra"], {})
+
+
+def test_a_node_belongs_to_the_module_that_ran_its_op_whatever_the_module_returns():
+    # the oracle is the code: tanh, exp and sin run in the child, sigmoid and add in the parent, sum outside
+    model, x = _Parent(), torch.rand(2, 4, requires_grad=True)
+    with module_scope.record():
+        out = model(x)
+    loss = out.value.sum()
+    graph = autograd_graph.trace(loss, module=model)
+    where = {n.name: n.module for n in graph.nodes if not n.is_leaf}
+    assert where["TanhBackward0"] == where["ExpBackward0"] == where["SinBackward0"] == "_Parent.child"
+    assert where["AddmmBackward0"] == "_Parent.child.linear"
+    assert where["SigmoidBackward0"] == where["AddBackward0"] == "_Parent"
+    assert where["SumBackward0"] == module_scope.OUTSIDE

@@ -249,7 +249,7 @@ def test_the_readme_table_lists_every_checked_instrument_and_where_it_is_used():
 
 INSTRUMENTS = ("storage", "autograd_graph", "memory", "memory_agreement", "compilation", "compile_cache", "profiling",
                "compile_lens", "compile_report", "compile_view", "graph_view", "graph_layout", "graph_diff",
-               "module_scope", "ddp_timeline")
+               "module_scope", "ddp_timeline", "eager_only")
 LESSONS = {"models", "training", "ddp_workers", "ddp_train", "data", "misclassification", "loader_timing",
            "mixed_precision", "exercises"}
 
