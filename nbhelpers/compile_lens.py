@@ -37,12 +37,14 @@ import functools
 import io
 import json
 import logging
+import os
 import re
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
+from nbhelpers import arguments
 from nbhelpers.compile_report import Break, CompileReport, Entry, FxGraph, FxNode, Guard, Kernel
 
 __all__ = ["capture", "capture_calls", "registry"]   # they return a compile_report.CompileReport; compile_view draws it
@@ -65,6 +67,7 @@ def capture(fn: Callable, *args, kernels: bool = True, **kwargs) -> CompileRepor
 
     The call's own output goes nowhere: `fn` runs once compiled (partly eagerly, around the breaks).
     """
+    _require_compilable("compile_lens.capture", fn)
     return _capture(fn, [(args, kwargs)], None, kernels)
 
 
@@ -72,13 +75,19 @@ def capture_calls(fn: Callable, calls: Sequence, *, dynamic: bool | None = None,
                   kernels: bool = False) -> CompileReport:
     """Compile `fn` once and call it on each of `calls` in turn (a tuple of arguments, or one argument),
     as a program would: the report's entries say which call compiled what, and why each recompile did."""
+    _require_compilable("compile_lens.capture_calls", fn)
+    if not isinstance(calls, (list, tuple)) or not calls:
+        raise (TypeError if not isinstance(calls, (list, tuple)) else ValueError)(
+            "compile_lens.capture_calls: `calls` must be a non-empty list of calls, each a tuple of arguments "
+            f"or one argument, such as [torch.rand(4), torch.rand(8)]; got {arguments.given(calls)}")
     return _capture(fn, [(c if isinstance(c, tuple) else (c,), {}) for c in calls], dynamic, kernels)
 
 
+def _require_compilable(function: str, fn) -> None:
+    arguments.require_callable(function, "fn", fn, "a function or module, the callable you would give torch.compile")
+
+
 def _capture(fn, calls, dynamic, kernels) -> CompileReport:
-    if not callable(fn):
-        raise TypeError(f"capture() takes a function or module, got {type(fn).__name__}; pass the callable "
-                        "you would give torch.compile")
     graphs, reasons = [], []
 
     def recording_backend(gm, example_inputs):
@@ -206,7 +215,7 @@ _FRAME = re.compile(r'^  File "(.+)", line (\d+), in .+\n    (.+)$', re.M)
 def _breaks(records, reasons) -> tuple[Break, ...]:
     """Every break log_graph_break traced, once per (gb_type, user line), in the order first met. The
     user's line is the innermost frame outside torch (a break inside `optimizer.step()` is that line's)."""
-    known, torch_dir = registry(), str(Path(torch.__file__).parent)
+    known, torch_dir = registry(), str(Path(torch.__file__).parent) + os.sep   # not torchvision/
     explained = set()
     for reason in reasons:                        # the breaks a backend saw: explain's
         frame = reason.user_stack[-1]
@@ -234,7 +243,7 @@ def _breaks(records, reasons) -> tuple[Break, ...]:
 
 def _in_torch(file: str, lineno: int, torch_dir: str) -> str:
     """`torch/optim/optimizer.py:78` for a place inside torch, else ""."""
-    return f"torch{file[len(torch_dir):]}:{lineno}" if file.startswith(torch_dir) else ""
+    return f"torch/{file[len(torch_dir):]}:{lineno}" if file.startswith(torch_dir) else ""
 
 
 _EXPLANATION = re.compile(r"^  Explanation: (.*?)(?=^  Hint: |^\s*$|\Z)", re.M | re.S)

@@ -10,14 +10,16 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from nbhelpers import devices
+from nbhelpers import arguments, devices, eager_only
 
 __all__ = ["OpTime", "trace_summary", "plot_top_ops", "Work", "work", "median_seconds", "machine_peaks",
            "regime"]                       # machine_peaks returns Peaks, regime a Regime
@@ -36,12 +38,14 @@ class OpTime:
 def trace_summary(path: str | Path, top: int = 10, categories: tuple[str, ...] = ("cpu_op", "user_annotation",
                                                                                    "kernel")) -> tuple[OpTime, ...]:
     """The `top` op names by total duration among complete ("X") events of `categories`."""
-    path = Path(path)
+    path = arguments.require_file("profiling.trace_summary", "path", path, exists=True)
+    arguments.require_positive("profiling.trace_summary", "top", top)
     try:
         events = json.loads(path.read_text())["traceEvents"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{path} is not a Chrome trace written by prof.export_chrome_trace ({e}); "
-                         f"export one, or open it in https://ui.perfetto.dev to inspect it") from e
+        raise ValueError(f"profiling.trace_summary: `path` {path} is not a Chrome trace written by "
+                         f"prof.export_chrome_trace ({e}); export one, or open it in https://ui.perfetto.dev to "
+                         "inspect it") from e
     calls, totals, kinds = defaultdict(int), defaultdict(float), {}
     for e in events:
         if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in categories:
@@ -69,17 +73,42 @@ class Work:
 
     flops: int
     bytes_moved: int          # inputs plus outputs of every non-view op, as if nothing stayed in cache: an estimate
+    added_flops: int = 0      # of `flops`, those FlopCounterMode counts 0 for (CPU attention), by torch's formula
 
 
 def work(fn) -> Work:
     """Run `fn()` once and count its FLOPs with `torch.utils.flop_counter.FlopCounterMode` and the bytes its
-    ops read and write (every tensor argument and result of each op that is not a view, counted whole)."""
+    ops read and write (each distinct tensor argument and result of each op that is not a view, by the bytes its
+    elements occupy: a broadcast input counts once, not at its expanded size). FlopCounterMode has no formula for
+    CPU attention (aten._scaled_dot_product_flash_attention_for_cpu and its backward) and counts it 0; `work`
+    adds it with torch's own sdpa_flop_count formulas, and says how much in `Work.added_flops`."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    counter, moved = FlopCounterMode(display=False), _BytesMoved()
-    with counter, moved:
+    arguments.require_callable("profiling.work", "fn", fn, "a function of no arguments, such as lambda: model(x)")
+    counter, moved = FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas()), _BytesMoved()
+    with eager_only.warn_if_compiled("profiling.work", eager_only.FOR_WORK), counter, moved:
         fn()
-    return Work(counter.get_total_flops(), moved.total)
+    added = sum(n for op, n in counter.get_flop_counts().get("Global", {}).items()
+                if op in _cpu_attention_formulas())
+    return Work(counter.get_total_flops(), moved.total, added)
+
+
+@functools.cache
+def _cpu_attention_formulas() -> dict:
+    """CPU attention's FLOPs, by the formulas torch/utils/flop_counter.py applies to its CUDA kernels (the CPU
+    kernels take query, key, value first, and the backward takes grad_out first, as those do)."""
+    from torch.utils import flop_counter
+
+    aten = torch.ops.aten
+
+    def forward(query, key, value, *args, out_shape=None, **kwargs) -> int:
+        return flop_counter.sdpa_flop_count(query, key, value)
+
+    def backward(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+        return flop_counter.sdpa_backward_flop_count(grad_out, query, key, value)
+
+    return {aten._scaled_dot_product_flash_attention_for_cpu: forward,
+            aten._scaled_dot_product_flash_attention_for_cpu_backward: backward}
 
 
 class _BytesMoved:
@@ -96,8 +125,9 @@ class _BytesMoved:
                 if not func.is_view:
                     from torch.utils._pytree import tree_flatten
 
-                    tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
-                    outer.total += sum(t.numel() * t.element_size() for t in tensors)
+                    tensors = {_identity(t): t for t in tree_flatten((args, kwargs, out))[0]
+                               if isinstance(t, torch.Tensor)}
+                    outer.total += sum(_bytes_held(t) for t in tensors.values())
                 return out
 
         self.total, self.mode = 0, Mode()
@@ -108,6 +138,23 @@ class _BytesMoved:
 
     def __exit__(self, *exc):
         return self.mode.__exit__(*exc)
+
+
+def _identity(t: torch.Tensor) -> tuple:
+    """The same elements: one tensor passed twice (x * x) is read once."""
+    if t.layout != torch.strided:
+        return (id(t),)
+    return t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype
+
+
+def _bytes_held(t: torch.Tensor) -> int:
+    """The bytes a tensor's elements occupy: a dimension of stride 0 (expand, broadcast) repeats the same
+    elements, so it does not multiply; a sparse tensor holds its indices and values."""
+    if t.layout == torch.sparse_coo:
+        return _bytes_held(t._indices()) + _bytes_held(t._values())
+    if t.layout != torch.strided or t.numel() == 0:
+        return t.numel() * t.element_size()
+    return math.prod(size for size, stride in zip(t.shape, t.stride()) if stride != 0) * t.element_size()
 
 
 @dataclass(frozen=True)
@@ -135,11 +182,36 @@ def median_seconds(fn, min_run_time: float = 0.3) -> float:
     return benchmark.Timer("fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time).median
 
 
+def _growth(works: tuple[Work, ...]) -> float:
+    """How much the work grows from the first size to the second: the faster-growing of FLOPs and bytes."""
+    pairs = ((works[0].flops, works[1].flops), (works[0].bytes_moved, works[1].bytes_moved))
+    return max((after / before for before, after in pairs if before), default=1.0)
+
+
+def _scales(works: tuple[Work, ...], seconds: tuple[float, ...]) -> bool:
+    """Whether the time grows with the work: at least as the square root of its growth (half, in log terms).
+    Fixed costs (Python, the dispatcher, launches) do not grow with the work; work does."""
+    growth = _growth(works)
+    return growth > 1.2 and math.log(seconds[1] / seconds[0]) >= 0.5 * math.log(growth)
+
+
+def _verdict(compute: float, bandwidth: float, scales: bool) -> str:
+    """A ceiling that explains half the time binds; else time that does not grow with the work is overhead;
+    work-bound time closer than a fifth to a ceiling is that ceiling's; work-bound time that neither ceiling
+    explains is computation the matmul rate does not measure (sorting, transcendental functions)."""
+    closer = "compute-bound" if compute >= bandwidth else "bandwidth-bound"
+    if max(compute, bandwidth) >= 0.5:
+        return closer
+    if not scales:
+        return "overhead-bound"
+    return closer if max(compute, bandwidth) >= 0.2 else "compute-bound (not matmul)"
+
+
 @dataclass(frozen=True)
 class Regime:
     """Why a call takes the time it takes, with the evidence; `verdict` is about the first size."""
 
-    verdict: str                       # overhead-bound, bandwidth-bound, compute-bound, too fast to classify
+    verdict: str      # overhead-bound, bandwidth-bound, compute-bound, compute-bound (not matmul), too fast to classify
     sizes: tuple[int, ...]
     seconds: tuple[float, ...]         # median per call at each size
     work: tuple[Work, ...]
@@ -156,15 +228,22 @@ class Regime:
 def regime(make, sizes: tuple[int, int], device: torch.device | str | None = None, peaks: Peaks | None = None,
            counted=None) -> Regime:
     """Classify `make(sizes[0])()` by the roofline: the time its FLOPs need at the machine's matmul rate and
-    the time its bytes need at the machine's copy rate. When neither explains half of the measured time, it is
-    overhead-bound; else bound by the ceiling it comes closer to. The second size is evidence: overhead
-    shows as time that grows far slower than the work. `make(size)` returns the call to time; `counted(size)`,
-    if given, returns its Work (for compiled code, whose kernels no dispatch mode sees)."""
-    if len(sizes) != 2 or not sizes[0] < sizes[1]:
-        raise ValueError(f"sizes must be two increasing sizes, such as (1, 16); got {sizes!r}")
+    the time its bytes need at the machine's copy rate, and by how its time grows to `make(sizes[1])()`. A
+    ceiling that explains half of the time binds; otherwise time that grows far slower than the work is
+    overhead-bound, and time that grows with it is bound by the closer ceiling (when it explains a fifth) or by
+    computation neither ceiling measures: "compute-bound (not matmul)" (a sort, erfinv, sin, exp).
+    `make(size)` returns the call to time; `counted(size)`, if given, returns its Work (for compiled code, whose
+    kernels no dispatch mode sees)."""
+    arguments.require_callable("profiling.regime", "make", make,
+                               "a function of a size that returns the call to time, such as lambda n: (lambda: f(n))")
+    if not (isinstance(sizes, (tuple, list)) and len(sizes) == 2 and all(isinstance(s, int) for s in sizes)
+            and sizes[0] < sizes[1]):
+        raise ValueError(f"profiling.regime: `sizes` must be two increasing integer sizes, such as (1, 16); got "
+                         f"{arguments.given(sizes)}")
     calls = [make(size) for size in sizes]
     if not all(callable(c) for c in calls):
-        raise TypeError("make(size) must return the call to time (a function of no arguments)")
+        raise TypeError("profiling.regime: `make` must return the call to time (a function of no arguments) for each "
+                        f"size; make({sizes[0]}) returned {arguments.given(calls[0])}")
     try:
         works = tuple(counted(size) if counted else work(call) for size, call in zip(sizes, calls))
         seconds = tuple(median_seconds(call, 0.2) for call in calls)
@@ -181,10 +260,11 @@ def regime(make, sizes: tuple[int, int], device: torch.device | str | None = Non
     peaks = peaks or machine_peaks(device)
     compute = works[0].flops / seconds[0] / peaks.flops_per_s
     bandwidth = works[0].bytes_moved / seconds[0] / peaks.bytes_per_s
-    verdict = ("overhead-bound" if max(compute, bandwidth) < 0.5 else
-               "compute-bound" if compute >= bandwidth else "bandwidth-bound")
+    growth, scales = _growth(works), _scales(works, seconds)
+    verdict = _verdict(compute, bandwidth, scales)
     flops = f"FLOPs x{works[1].flops / works[0].flops:.1f}" if works[0].flops else "no FLOPs counted"
     evidence = (f"at size {sizes[0]}: {compute:.0%} of the matmul FLOP/s, {bandwidth:.0%} of the copy bandwidth; "
                 f"to size {sizes[1]}: {flops}, bytes x{works[1].bytes_moved / works[0].bytes_moved:.1f}, "
-                f"time x{seconds[1] / seconds[0]:.1f}")
+                f"time x{seconds[1] / seconds[0]:.1f}: "
+                f"{'grows with' if scales else 'far slower than'} the work (x{growth:.1f})")
     return Regime(verdict, tuple(sizes), seconds, works, compute, bandwidth, evidence)

@@ -214,7 +214,7 @@ def test_a_function_dynamo_cannot_trace_at_all_names_its_break():
 
 
 def test_bad_input():
-    with pytest.raises(TypeError, match="takes a function or module, got int"):
+    with pytest.raises(TypeError, match="`fn` must be a function or module.*got int"):
         compile_lens.capture(3)
 
     def fails(x):
@@ -238,3 +238,19 @@ def test_it_leaves_logging_and_config_as_it_found_them():
         compile_lens.capture(fails, torch.rand(2), kernels=False)
     assert (list(trace_log.handlers), trace_log.propagate,
             torch._functorch.config.force_non_lazy_backward_lowering) == before
+
+
+def test_a_break_inside_torchvision_is_placed_in_torchvision_not_in_the_callers_line():
+    # "inside torch" is the torch/ folder: torchvision/ beside it is not torch, and its line is the break's
+    import inspect
+
+    import torchvision
+
+    def annotate(image):
+        boxes = torch.tensor([[0, 0, 4, 4]])
+        return torchvision.utils.draw_bounding_boxes(image, boxes, colors="red").float() * 2
+
+    report = compile_lens.capture(annotate, torch.zeros(3, 8, 8, dtype=torch.uint8), kernels=False)
+    data_dependent = next(b for b in report.breaks if b.gb_type == "Data dependent operator")
+    assert data_dependent.line in inspect.getsource(torchvision.utils.draw_bounding_boxes)
+    assert data_dependent.where == ""                          # not "torch...vision/utils.py"

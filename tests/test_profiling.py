@@ -2,6 +2,7 @@
 import matplotlib
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from nbhelpers import profiling, stderr_capture
@@ -50,7 +51,7 @@ def test_regime_refuses_bad_input_clearly():
         profiling.regime(raises, (1, 2), peaks=PEAKS)
     with pytest.raises(ValueError, match="did no tensor work"):
         profiling.regime(lambda size: (lambda: sum(range(1000))), (1, 2), peaks=PEAKS)   # returns a Python int
-    with pytest.raises(ValueError, match="two increasing sizes"):
+    with pytest.raises(ValueError, match="two increasing integer sizes"):
         profiling.regime(lambda size: (lambda: None), (4, 2), peaks=PEAKS)
     with pytest.raises(TypeError, match="must return the call to time"):
         profiling.regime(lambda size: 3, (1, 2), peaks=PEAKS)
@@ -70,3 +71,58 @@ def test_the_verdict_follows_the_roofline():
     huge = profiling.Peaks(1e30, 1e30)               # ceilings so high that nothing but overhead is left
     result = profiling.regime(lambda n: (lambda: a @ b), (1, 2), peaks=huge)
     assert result.verdict == "overhead-bound" and result.overhead_share > 0.99
+
+
+def test_bytes_moved_counts_the_elements_that_exist():
+    a, column = torch.rand(256, 256), torch.rand(256, 1)
+    # a broadcast column is 256 floats, however far it is expanded; the result is 256 x 256
+    assert profiling.work(lambda: a + column.expand(256, 256)).bytes_moved == (2 * 256 * 256 + 256) * 4
+    x = torch.rand(1000)
+    assert profiling.work(lambda: x * x).bytes_moved == 2 * 1000 * 4       # one input passed twice is read once
+
+
+def test_cpu_attention_flops_are_counted_by_torchs_own_formula():
+    from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+    q = torch.rand(2, 4, 16, 8, requires_grad=True)
+    step = lambda: F.scaled_dot_product_attention(q, q, q).sum().backward()   # noqa: E731
+    official = FlopCounterMode(display=False)
+    with official:
+        step()
+    shape = (2, 4, 16, 8)
+    formula = sdpa_flop_count(shape, shape, shape) + sdpa_backward_flop_count(shape, shape, shape, shape)
+    counted = profiling.work(step)
+    assert official.get_total_flops() == 0                 # torch 2.14.1: no formula for the CPU kernels
+    assert counted.flops == counted.added_flops == formula > 0
+
+
+def _timed(monkeypatch, seconds: dict[int, float]):
+    """median_seconds answers from `seconds` by the size the call was made for (an empty call: 1 ns)."""
+    monkeypatch.setattr(profiling, "median_seconds",
+                        lambda fn, min_run_time=0.3: seconds[fn.size] if hasattr(fn, "size") else 1e-9)
+
+
+def _sized(size, fn):
+    fn.size = size
+    return fn
+
+
+@pytest.mark.parametrize("times, verdict", [
+    ({1: 1e-3, 2: 1.05e-3}, "overhead-bound"),                  # 2x the work, the same time
+    ({1: 1e-3, 2: 2e-3}, "compute-bound (not matmul)"),         # time grows with it, no ceiling explains it
+])
+def test_time_that_grows_with_the_work_is_not_overhead(monkeypatch, times, verdict):
+    data = {1: torch.rand(1000), 2: torch.rand(2000)}
+    _timed(monkeypatch, times)
+    result = profiling.regime(lambda n: _sized(n, lambda: torch.sort(data[n])), (1, 2), peaks=PEAKS)
+    assert result.verdict == verdict, result.evidence
+
+
+def test_work_bound_time_closer_than_a_fifth_to_a_ceiling_is_that_ceilings(monkeypatch):
+    data = {1: torch.rand(1000), 2: torch.rand(2000)}
+    work = profiling.work(lambda: data[1] * 2)
+    _timed(monkeypatch, {1: 1.0, 2: 2.0})
+    bandwidth_share = 0.3
+    peaks = profiling.Peaks(1e30, work.bytes_moved / bandwidth_share)
+    result = profiling.regime(lambda n: _sized(n, lambda: data[n] * 2), (1, 2), peaks=peaks)
+    assert result.verdict == "bandwidth-bound" and result.bandwidth_share == pytest.approx(bandwidth_share)

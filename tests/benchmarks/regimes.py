@@ -5,8 +5,9 @@
 A batch-1 MLP training step must leave most of its time unexplained by either ceiling (overhead-bound:
 under half of the matmul FLOP/s and of the copy bandwidth reached); a 1024 x 1024 matmul must reach over half
 of the matmul FLOP/s and more of it than of the bandwidth (compute-bound); a chain of 8 multiply-adds on 4M
-floats must reach over half of the copy bandwidth (bandwidth-bound). Prints each regime's shares and exits 1
-if a verdict is not the expected one.
+floats must reach over half of the copy bandwidth (bandwidth-bound); a sort of 4M floats and an
+erfinv-sin-exp chain on 4M floats must take time that grows with their size while reaching neither ceiling
+(compute-bound (not matmul)). Prints each regime's shares and exits 1 if a verdict is not the expected one.
 """
 from __future__ import annotations
 
@@ -49,19 +50,31 @@ def chain(n):
     return run
 
 
+def sort(n):
+    data = torch.rand(n)
+    return lambda: torch.sort(data)
+
+
+def transcendental(n):
+    data = torch.rand(n) * 0.9
+    return lambda: torch.exp(torch.sin(torch.erfinv(data)))
+
+
 def main() -> int:
     torch.set_num_threads(2)
     peaks = profiling.machine_peaks("cpu")
     print(f"ceilings: matmul {peaks.flops_per_s / 1e9:.0f} GFLOP/s, copy {peaks.bytes_per_s / 1e9:.1f} GB/s")
     cases = [("MLP step, batch 1", mlp_step, (1, 16), "overhead-bound"),
              ("matmul 1024", square_matmul, (1024, 1536), "compute-bound"),
-             ("multiply-add chain, 4M", chain, (1 << 22, 1 << 23), "bandwidth-bound")]
+             ("multiply-add chain, 4M", chain, (1 << 22, 1 << 23), "bandwidth-bound"),
+             ("sort, 4M", sort, (1 << 22, 1 << 23), "compute-bound (not matmul)"),
+             ("erfinv-sin-exp, 4M", transcendental, (1 << 22, 1 << 23), "compute-bound (not matmul)")]
     wrong = 0
     for name, make, sizes, expected in cases:
         r = profiling.regime(make, sizes, peaks=peaks)
         wrong += r.verdict != expected
-        print(f"{name:<24} {r.verdict:<16} (expected {expected}) compute {r.compute_share:.2f}, "
-              f"bandwidth {r.bandwidth_share:.2f}, overhead {r.overhead_share:.2f}")
+        print(f"{name:<24} {r.verdict:<26} (expected {expected}) compute {r.compute_share:.2f}, "
+              f"bandwidth {r.bandwidth_share:.2f}; {r.evidence}")
     return 1 if wrong else 0
 
 
