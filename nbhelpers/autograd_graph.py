@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from nbhelpers import arguments
 from nbhelpers.module_scope import _ACCUMULATE, OUTSIDE, modules_of
 
 __all__ = ["SavedTensor", "Node", "Edge", "Graph", "trace"]
@@ -68,6 +69,8 @@ class Graph:
 
 def trace(t: torch.Tensor, module: torch.nn.Module | None = None) -> Graph:
     """Read the backward graph that ends at `t` into a Graph, without running it."""
+    if module is not None:
+        arguments.require_module("autograd_graph.trace", "module", module)
     fns = _walk(_root_fn(t))
     ids = {fn: i for i, fn in enumerate(fns)}
     names = {p: n for n, p in module.named_parameters()} if module is not None else {}
@@ -78,10 +81,9 @@ def trace(t: torch.Tensor, module: torch.nn.Module | None = None) -> Graph:
 
 
 def _root_fn(t):
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"trace() takes a torch.Tensor, got {type(t).__name__}")
+    arguments.require("autograd_graph.trace", "t", t, torch.Tensor, "a tensor made by autograd, such as the loss")
     if t.grad_fn is None:
-        raise ValueError("this tensor has no grad_fn: it is a leaf, or was computed under no_grad or "
+        raise ValueError("autograd_graph.trace: `t` has no grad_fn: it is a leaf, or was computed under no_grad or "
                          "inference_mode; call trace() on the output of a differentiable op, such as the loss")
     return t.grad_fn
 

@@ -21,7 +21,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from nbhelpers import devices
+from nbhelpers import arguments, devices
 
 __all__ = ["Preflight", "preflight", "BackendResult", "compare_backends", "render_results", "GraphBreak",
            "Breaks", "find_breaks", "CompileLog", "watch_compiles"]
@@ -74,6 +74,7 @@ def compare_backends(fn: Callable, args: tuple, backends: list[tuple[str, str | 
     `fn` runs many times, so a training step keeps training; `args` must already be on `device`, which
     defaults to theirs (devices.resolve): the device each timed call is synchronized with.
     """
+    _check_comparison(fn, args, backends)
     device = devices.resolve(device, *args)
     rows = [_measure(fn, args, "none (eager)", None, device, min_run_time, baseline=None)]
     for backend, mode in backends:
@@ -84,6 +85,17 @@ def compare_backends(fn: Callable, args: tuple, backends: list[tuple[str, str | 
         finally:
             torch.compiler.reset()
     return tuple(rows)
+
+
+def _check_comparison(fn, args, backends) -> None:
+    where = "compilation.compare_backends"
+    arguments.require_callable(where, "fn", fn, "a function or module to time")
+    arguments.require(where, "args", args, tuple, "a tuple of fn's arguments, such as (x,)")
+    expected = 'a list of (backend, mode) pairs, such as [("inductor", None), ("inductor", "max-autotune")]'
+    arguments.require(where, "backends", backends, (list, tuple), expected)
+    for entry in backends:
+        if not (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str)):
+            raise TypeError(f"{where}: `backends` must be {expected}; it holds {arguments.given(entry)}")
 
 
 def render_results(rows: tuple[BackendResult, ...]) -> str:
@@ -117,6 +129,7 @@ class Breaks:
 def find_breaks(fn: Callable, *args, **kwargs) -> Breaks:
     """Run `torch._dynamo.explain(fn)(*args, **kwargs)` (which also runs `fn`) and return its graphs and
     breaks. Dynamo's graph-break warnings are held back, since the result says the same."""
+    arguments.require_callable("compilation.find_breaks", "fn", fn, "a function or module to compile")
     torch.compiler.reset()
     try:
         with _captured_torch_logs():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from nbhelpers import arguments
 from nbhelpers.compile_report import CompileReport
 from nbhelpers.graph_view import GraphData, ViewNode
 
@@ -21,6 +22,8 @@ def from_report(report: CompileReport) -> GraphData:
     kernel that computes it, and from a graph through the break that ended it to the next graph. A click
     lights up a node's links: a line's FX nodes, kernels and breaks; a kernel's FX nodes and their lines;
     an FX node's line and kernel. A break's panel shows its code, explanation and hints."""
+    arguments.require("compile_view.from_report", "report", report, CompileReport,
+                      "a CompileReport, such as compile_lens.capture(fn, *args)")
     keys: list[tuple] = []                              # one per view node, in order
     nodes: dict[tuple, dict] = {}
 

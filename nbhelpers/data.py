@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from nbhelpers import arguments
 from nbhelpers._atomic import write_atomic
 
 if TYPE_CHECKING:
@@ -51,7 +52,10 @@ def digits(train: bool = True, root: str | Path | None = None, transform: Callab
         test = digits(train=False, transform=torchvision.transforms.ToTensor())
     """
     _check_train(train)
-    root = _unpacked(root, source)
+    if transform is not None:
+        arguments.require_callable("data.digits", "transform", transform,
+                                   "a function of a PIL image, such as torchvision.transforms.ToTensor(), or None")
+    root = _unpacked(_folder("root", root), _folder("source", source))
     # imported here, not at the top: a spawned worker unpickling a LazyDigits imports this module,
     # and should not pay torchvision's import (about 3 s) for a dataset that never uses it
     from torchvision.datasets import MNIST
@@ -103,9 +107,21 @@ class LazyDigits(Dataset):
 
 
 def _check_train(train) -> None:
-    if not isinstance(train, bool):
-        raise TypeError(f"train must be True (8,000 training digits) or False (2,000 test digits), "
-                        f"got {train!r}")
+    arguments.require("data.digits", "train", train, bool, "True (8,000 training digits) or False (2,000 test digits)")
+
+
+def _folder(name: str, path) -> Path | None:
+    """A folder argument of digits(): None, or a str/PathLike that is not a file (`source` must exist)."""
+    if path is None:
+        return None
+    arguments.require("data.digits", name, path, (str, os.PathLike), "a folder path (a str or pathlib.Path), or None")
+    path = Path(path)
+    if path.is_file():
+        raise ValueError(f"data.digits: `{name}` is a file, not a folder: {path}; pass the folder that holds it")
+    if name == "source" and not path.is_dir():
+        raise ValueError(f"data.digits: `source` {path} does not exist; pass the folder with the gzipped digits "
+                         "and SHA256SUMS (default: the repository's data/)")
+    return path
 
 
 def _unpacked(root: str | Path | None, source: str | Path | None) -> Path:

@@ -52,7 +52,7 @@ def resolve(device: torch.device | str | None = None, *inputs) -> torch.device:
     """The device a helper works on: `device` if given, else the first input's (a tensor's, or a module's
     first parameter or buffer), else torch's default device. It never picks CUDA on its own."""
     if device is not None:
-        return torch.device(device)
+        return _parse(device)
     for item in inputs:
         if isinstance(item, torch.Tensor):
             return item.device
@@ -61,6 +61,22 @@ def resolve(device: torch.device | str | None = None, *inputs) -> torch.device:
             if first is not None:
                 return first.device
     return torch.get_default_device()
+
+
+def _parse(device) -> torch.device:
+    """A device the caller named, checked: one torch knows, and CUDA only where this machine has it."""
+    if isinstance(device, bool) or not isinstance(device, (str, torch.device, int)):
+        raise TypeError(f"`device` must be a torch.device or a string such as 'cpu' or 'cuda:0'; got "
+                        f"{type(device).__name__} ({device!r})")
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"`device` {device!r} is not a device torch knows ({str(error).splitlines()[0]}); "
+                         "pass 'cpu', or 'cuda' on a machine with a GPU") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"`device` is {str(parsed)!r}, but this machine has no CUDA (torch.cuda.is_available() "
+                         "is False); pass 'cpu'")
+    return parsed
 
 
 def banner(device: torch.device | str) -> str:

@@ -54,10 +54,8 @@ def launch(worker: Callable, world_size: int, *args, device: torch.device | str 
     rank. The spawned processes start with torch's defaults, so "cpu" is the default whatever the caller's.
     Results travel pickled by value, so tensors arrive intact after the workers have exited.
     """
-    _check_importable(worker)
-    if world_size < 1:
-        raise ValueError(f"world_size must be at least 1, got {world_size}")
-    backend = _backend_for(torch.device(device), world_size)
+    _check_launch(worker, world_size, timeout_s, start_method)
+    backend = _backend_for(_device(device), world_size)
     ctx = multiprocessing.get_context(start_method)
     results: dict[int, Any] = {}
     with tempfile.TemporaryDirectory(prefix="launch-") as tmp:
@@ -88,11 +86,41 @@ def _backend_for(device: torch.device, world_size: int) -> str:
     return "nccl"
 
 
+# The launcher imports nothing from the package (a learner can copy it alone), so it checks its own arguments,
+# in the words of nbhelpers.arguments.
+def _check_launch(worker, world_size, timeout_s, start_method) -> None:
+    if not callable(worker):
+        raise TypeError(f"distributed.launch: `worker` must be a function worker(rank, world_size, *args); got "
+                        f"{type(worker).__name__} ({worker!r})")
+    _check_importable(worker)
+    if isinstance(world_size, bool) or not isinstance(world_size, int):
+        raise TypeError(f"distributed.launch: `world_size` must be an integer above zero; got "
+                        f"{type(world_size).__name__} ({world_size!r})")
+    if world_size < 1:
+        raise ValueError(f"distributed.launch: `world_size` must be at least 1; got {world_size}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+        raise (ValueError if isinstance(timeout_s, (int, float)) else TypeError)(
+            f"distributed.launch: `timeout_s` must be a number of seconds above zero; got {timeout_s!r}")
+    methods = multiprocessing.get_all_start_methods()
+    if start_method not in methods:
+        raise ValueError(f"distributed.launch: `start_method` must be one of {', '.join(methods)}; got "
+                         f"{start_method!r}")
+
+
+def _device(device) -> torch.device:
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"distributed.launch: `device` must be 'cpu' (gloo) or 'cuda' (NCCL, a GPU per rank); "
+                         f"got {device!r}") from None
+
+
 def _check_importable(worker) -> None:
     module, name = getattr(worker, "__module__", None), getattr(worker, "__qualname__", "")
     if module in (None, "__main__") or "<locals>" in name or "<lambda>" in name:
         raise ValueError(
-            f"worker {name or worker!r} is defined in {module or 'no module'}, so a spawned process cannot "
+            f"distributed.launch: `worker` {name or worker!r} is defined in {module or 'no module'}, so a spawned "
+            f"process cannot "
             f"import it; define it at the top level of a .py module (in a notebook: %%writefile my_workers.py, "
             f"then `from my_workers import {name or 'worker'}`)")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from nbhelpers.graph_view import GraphData, _check
+from nbhelpers.graph_view import GraphData, check
 
 __all__ = ["diff"]                               # diff() returns a GraphDiff
 
@@ -32,8 +32,8 @@ class GraphDiff:
 
 def diff(a: GraphData, b: GraphData) -> GraphDiff:
     """Match the nodes of two graphs and mark what one has and the other lacks, and what saves less."""
-    _check(a)
-    _check(b)
+    check(a, "graph_diff.diff", "a")
+    check(b, "graph_diff.diff", "b")
 
     def signatures(data):
         seen: dict[tuple, int] = {}

@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbhelpers import graph_layout
+from nbhelpers import arguments, graph_layout
 from nbhelpers.autograd_graph import Graph
 from nbhelpers.module_scope import OUTSIDE
 
@@ -82,6 +82,8 @@ class View:
 
 def from_autograd(graph: Graph) -> GraphData:
     """A backward graph as view data: each node's op, saved tensors, where its gradients go."""
+    arguments.require("graph_view.from_autograd", "graph", graph, Graph,
+                      "an autograd_graph.Graph (autograd_graph.trace(loss))")
     storage_ids: dict[int, int] = {}
     nodes = []
     for n in graph.nodes:
@@ -98,7 +100,7 @@ def from_autograd(graph: Graph) -> GraphData:
 def details(data: GraphData, node: int) -> tuple[tuple[str, str], ...]:
     """What the panel shows for `node`, as (field, text) rows; graph_view.js formats them the same way
     (a test compares the two in a browser)."""
-    _check_node(data, node, "node")
+    _check_node("graph_view.details", "node", node, len(data.nodes))
     n = data.nodes[node]
     rows = [("op", n.op)] if n.op else []
     rows.append(("module", n.group[-1] if n.group else OUTSIDE))
@@ -127,7 +129,7 @@ def views(data: GraphData) -> tuple[View, ...]:
     """One laid-out view per depth, from everything collapsed to every node shown, as long as a view has
     at most MAX_DRAWN boxes: a deeper one (a graph of tens of thousands of nodes) is not laid out, since
     no browser draws it usefully; search and the shallower views still reach every node."""
-    _check(data)
+    check(data)
     deepest = max((len(n.group) for n in data.nodes), default=0)
     # stop at the first depth that is too big: view i must be depth i (the widget indexes views by depth)
     depths = itertools.takewhile(lambda d: d == 0 or _box_count(data, d) <= MAX_DRAWN, range(deepest + 1))
@@ -179,6 +181,8 @@ def first_depth(all_views: tuple[View, ...]) -> int:
 
 def render_svg(view: View, selected: int | None = None) -> str:
     """The view as an SVG string; a box holding node `selected` is outlined."""
+    if selected is not None:
+        arguments.require("graph_view.render_svg", "selected", selected, int, "a node id (an int) or None")
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {view.width:.0f} {view.height:.0f}" '
              f'width="{view.width:.0f}" height="{view.height:.0f}" font-family="sans-serif" font-size="11">',
              '<defs><marker id="gv-arrow" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="6" '
@@ -240,8 +244,9 @@ def show(data: GraphData, selected: int | None = None):
 
     `selected`, `step` and `depth` are traits: a later cell reads what the learner clicked.
     """
+    check(data, "graph_view.show", "data")
     if selected is not None:
-        _check_node(data, selected, "selected")
+        _check_node("graph_view.show", "selected", selected, len(data.nodes))
     laid_out = views(data)
     widget = _widget_class()(graph=_text(data, laid_out), selected=-1 if selected is None else selected)
     widget._views = (laid_out,)
@@ -250,6 +255,9 @@ def show(data: GraphData, selected: int | None = None):
 
 def show_diff(d):
     """The two graphs of a `graph_diff.GraphDiff` side by side, added, removed and changed nodes outlined."""
+    if not all(isinstance(getattr(d, side, None), GraphData) for side in ("a", "b")):
+        raise TypeError(f"graph_view.show_diff: `d` must be a graph_diff.GraphDiff, such as graph_diff.diff(a, b); "
+                        f"got {arguments.given(d)}")
     left, right = views(d.a), views(d.b)
     widget = _widget_class()(graph=_text(d.a, left), other=_text(d.b, right))
     widget._views = (left, right)
@@ -295,22 +303,30 @@ def _widget_class():
     return GraphView
 
 
-def _check(data: GraphData) -> None:
+def check(data: GraphData, function: str = "graph_view.views", name: str = "data") -> None:
+    """Raise TypeError or ValueError, naming `function`'s argument `name`, unless `data` is GraphData whose
+    edges and links name its own nodes and have no cycle. For the modules that take GraphData from a learner
+    (graph_diff), so not in __all__."""
+    arguments.require(function, name, data, GraphData,
+                      "a graph_view.GraphData, such as graph_view.from_autograd(autograd_graph.trace(loss))")
+    where = f"{function}: `{name}`"
     if not data.nodes:
-        raise ValueError("the graph has no nodes; trace the output of a differentiable op, such as the loss")
+        raise ValueError(f"{where} has no nodes; trace the output of a differentiable op, such as the loss")
     n = len(data.nodes)
     for s, d in data.edges:
         if not (0 <= s < n and 0 <= d < n):
-            raise ValueError(f"edge ({s}, {d}) names a node that does not exist (nodes are 0..{n - 1}); "
-                             "pass edges between the given nodes")
+            raise ValueError(f"{where} has an edge ({s}, {d}) to a node that does not exist (nodes are "
+                             f"0..{n - 1}); pass edges between the given nodes")
     for i, node in enumerate(data.nodes):
         if not all(0 <= k < n for k in node.links):
-            raise ValueError(f"node {i} links to {node.links}, but nodes are 0..{n - 1}; link to given nodes")
+            raise ValueError(f"{where}: node {i} links to {node.links}, but nodes are 0..{n - 1}; link to given "
+                             "nodes")
     if graph_layout.cycle_edges(n, list(data.edges)):
-        raise ValueError("the graph has a cycle; a backward graph never does, so pass a DAG "
+        raise ValueError(f"{where} has a cycle; a backward graph never does, so pass a DAG "
                          "(for example from autograd_graph.trace)")
 
 
-def _check_node(data: GraphData, node: int, name: str) -> None:
-    if not (isinstance(node, int) and 0 <= node < len(data.nodes)):
-        raise ValueError(f"{name}={node!r} is not a node id; pass an int in 0..{len(data.nodes) - 1}")
+def _check_node(function: str, name: str, node, count: int) -> None:
+    arguments.require(function, name, node, int, f"a node id, an int in 0..{count - 1}")
+    if not 0 <= node < count:
+        raise ValueError(f"{function}: `{name}` is {node}, not a node id; pass an int in 0..{count - 1}")

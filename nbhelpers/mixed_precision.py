@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nbhelpers import memory, training
+from nbhelpers import arguments, devices, memory, training
 
 __all__ = ["OPS", "OpDtypes", "autocast_dtype_table", "render_dtype_table", "Underflow", "gradient_underflow",
            "Autocast", "PrecisionRun", "train_with_precision", "step_peak_bytes", "plot_runs"]
@@ -168,10 +168,15 @@ class PrecisionRun:
 
 
 def train_with_precision(model: nn.Module, dtype: torch.dtype | None, train_loader, val_loader,
-                         epochs: int, lr: float = 2e-3, device: torch.device | str = "cpu") -> PrecisionRun:
+                         epochs: int, lr: float = 2e-3, device: torch.device | str | None = None) -> PrecisionRun:
     """Train `model` with Adam, in float32 (dtype None) or under autocast(dtype); time it and measure
-    the peak tensor bytes of one extra training step (`step_peak_bytes`)."""
-    device = torch.device(device)
+    the peak tensor bytes of one extra training step (`step_peak_bytes`). `device` defaults to the model's."""
+    where = "mixed_precision.train_with_precision"
+    training.check_training(where, model, train_loader, val_loader, epochs)
+    if dtype is not None:
+        arguments.require(where, "dtype", dtype, torch.dtype, "None (float32) or a torch.dtype such as torch.bfloat16")
+    arguments.require_positive(where, "lr", lr, float)
+    device = devices.resolve(device, model)
     net = model if dtype is None else Autocast(model, device.type, dtype)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     start = time.perf_counter()

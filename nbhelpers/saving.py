@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from nbhelpers import arguments
 from nbhelpers._atomic import write_atomic
 
 __all__ = ["CheckpointError", "Checkpoint", "save", "load", "strip_compile_prefix"]
@@ -47,22 +49,33 @@ def strip_compile_prefix(state_dict: dict) -> dict:
 def save(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, epoch: int = 0,
          config: dict | None = None) -> Path:
     """Write model (and optimizer) state, epoch, config and the CPU RNG state, atomically."""
+    path = arguments.require_file("saving.save", "path", path, exists=False)
+    arguments.require_module("saving.save", "model", model)
+    arguments.require_optimizer("saving.save", "optimizer", optimizer, optional=True)
+    arguments.require_positive("saving.save", "epoch", epoch, zero=True)
+    if config is not None:
+        arguments.require("saving.save", "config", config, dict, "a dict of settings to keep with the weights, or None")
     payload = {"model": strip_compile_prefix(model.state_dict()),
                "optimizer": optimizer.state_dict() if optimizer is not None else None,
                "epoch": int(epoch), "config": dict(config or {}), "rng_state": torch.get_rng_state()}
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     blob = buffer.getvalue()
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_atomic(path, _MAGIC + hashlib.sha256(blob).hexdigest().encode() + blob)
 
 
 def load(path: str | Path, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> Checkpoint:
     """Check the file, then restore the weights into `model` (compiled or not) and `optimizer`."""
+    arguments.require("saving.load", "path", path, (str, os.PathLike), "a file path (a str or pathlib.Path)")
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"saving.load: `path` is a directory, not a file: {path}; pass the checkpoint file "
+                              "inside it")
     if not path.is_file():
-        raise CheckpointError(f"{path} does not exist; save one with saving.save(...)")
+        raise CheckpointError(f"saving.load: `path` {path} does not exist; save one with saving.save(...)")
+    arguments.require_module("saving.load", "model", model)
+    arguments.require_optimizer("saving.load", "optimizer", optimizer, optional=True)
     data = path.read_bytes()
     if not data.startswith(_MAGIC):
         raise CheckpointError(f"{path} was not written by saving.save; for a plain torch.save file use "

@@ -17,7 +17,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from nbhelpers import devices
+from nbhelpers import arguments, devices
 from nbhelpers.models import eval_inference
 
 __all__ = ["Epoch", "History", "Evaluation", "fit", "evaluate", "plot_history"]
@@ -70,10 +70,10 @@ def fit(model: nn.Module, train_loader: DataLoader, val_loader: DataLoader,
     `device` defaults to the device of the model's parameters. The progress bar (tqdm.auto: a widget
     in Jupyter, text elsewhere) shows one step per epoch; pass progress=False for silence.
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs <= 0:
-        raise ValueError(f"epochs must be a positive int, got {epochs!r}; pass epochs=1 or more")
-    _check_not_empty(train_loader, "train_loader")
-    _check_not_empty(val_loader, "val_loader")
+    check_training("training.fit", model, train_loader, val_loader, epochs)
+    arguments.require_optimizer("training.fit", "optimizer", optimizer)
+    arguments.require_callable("training.fit", "loss_fn", loss_fn, "a function loss_fn(outputs, targets), such as "
+                               "torch.nn.functional.cross_entropy")
     device = _model_device(model, device)
     done = []
     bar = _epoch_bar(epochs, progress)
@@ -116,7 +116,8 @@ class _WidgetWithText:
 def evaluate(model: nn.Module, loader: DataLoader, device: torch.device | str | None = None,
              loss_fn: LossFn = F.cross_entropy) -> Evaluation:
     """Run `model` in eval mode under inference_mode over `loader`; the model's modes are restored."""
-    _check_not_empty(loader, "loader")
+    arguments.require_module("training.evaluate", "model", model)
+    _check_loader("training.evaluate", loader, "loader")
     device = _model_device(model, device)
     losses, predictions, targets = [], [], []
     with eval_inference(model):
@@ -167,14 +168,25 @@ def _train_one_epoch(model, loader, optimizer, device, loss_fn) -> float:
     return total / count
 
 
-def _check_not_empty(loader, name: str) -> None:
+def check_training(function: str, model, train_loader, val_loader, epochs) -> None:
+    """The arguments every training entry point shares: a module, two loaders with batches, epochs >= 1."""
+    arguments.require_module(function, "model", model)
+    _check_loader(function, train_loader, "train_loader")
+    _check_loader(function, val_loader, "val_loader")
+    arguments.require_positive(function, "epochs", epochs)
+
+
+def _check_loader(function: str, loader, name: str) -> None:
+    expected = "a DataLoader (or any iterable of (inputs, targets) batches)"
+    if loader is None or not hasattr(loader, "__iter__") or isinstance(loader, (str, bytes, torch.Tensor)):
+        raise TypeError(f"{function}: `{name}` must be {expected}; got {arguments.given(loader)}")
     try:
         n = len(loader)
     except TypeError:  # an IterableDataset without __len__: caught when it yields nothing
         return
     if n == 0:
-        raise ValueError(f"{name} yields no batches: its dataset is empty, or drop_last=True with fewer "
-                         f"samples than batch_size; give it data or lower batch_size")
+        raise ValueError(f"{function}: `{name}` yields no batches: its dataset is empty, or drop_last=True with "
+                         "fewer samples than batch_size; give it data or lower batch_size")
 
 
 def _model_device(model: nn.Module, device) -> torch.device:

@@ -129,7 +129,7 @@ def test_shared_weight_gets_two_incoming_edges():
 
 @pytest.mark.parametrize("bad", [3.0, [torch.ones(2)], None])
 def test_trace_rejects_non_tensors(bad):
-    with pytest.raises(TypeError, match="takes a torch.Tensor"):
+    with pytest.raises(TypeError, match="`t` must be a tensor made by autograd"):
         autograd_graph.trace(bad)
 
 

@@ -78,7 +78,7 @@ def test_a_damaged_unpacked_file_is_unpacked_again(tmp_path):
 
 
 def test_train_must_be_a_bool():
-    with pytest.raises(TypeError, match="train must be True"):
+    with pytest.raises(TypeError, match="`train` must be True"):
         data.digits(train="yes")
 
 
@@ -130,5 +130,5 @@ def test_lazy_digits_check_the_files_like_digits(data_copy, tmp_path):
     (data_copy / "t10k-labels-idx1-ubyte.gz").unlink()
     with pytest.raises(data.DataIntegrityError, match="t10k-labels-idx1-ubyte.gz is missing"):
         data.LazyDigits(train=True, root=tmp_path / "cache", source=data_copy)
-    with pytest.raises(TypeError, match="train must be True"):
+    with pytest.raises(TypeError, match="`train` must be True"):
         data.LazyDigits(train="yes")

@@ -88,7 +88,7 @@ def test_none_follows_the_callers_default_device(helper, cuda_looks_available, m
     assert made.devices == {"meta"}, made.devices
 
 
-def test_memory_track_reads_the_cuda_counters_only_when_given_cuda(monkeypatch):
+def test_memory_track_reads_the_cuda_counters_only_when_given_cuda(cuda_looks_available, monkeypatch):
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 7)
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 9)
     with memory.track("cuda") as given:

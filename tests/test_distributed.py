@@ -124,7 +124,7 @@ def test_a_worker_defined_in_main_or_a_closure_is_refused_with_the_fix():
     local_worker.__module__ = "__main__"
     with pytest.raises(ValueError, match="%%writefile"):
         distributed.launch(local_worker, 2)
-    with pytest.raises(ValueError, match="world_size must be at least 1"):
+    with pytest.raises(ValueError, match="`world_size` must be at least 1"):
         distributed.launch(faulty.echo, 0, "x")
 
 

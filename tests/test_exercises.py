@@ -99,7 +99,8 @@ def test_check_prints_exactly_the_verdict_line(capsys):
 
 
 def test_unknown_exercise_names_the_known_ones():
-    with pytest.raises(ValueError, match=r"no exercise '3\.1'; the exercises are 00\.1, 00\.2, 01\.1"):
+    with pytest.raises(ValueError, match=r"`exercise` must be an exercise id such as \"03\.1\"; got '3\.1'; "
+                                         r"the exercises are 00\.1, 00\.2, 01\.1"):
         exercises.grade("3.1", None)
 
 

@@ -109,9 +109,9 @@ def test_bad_input_is_refused_with_what_to_pass():
     with pytest.raises(ValueError, match="no nodes"):
         graph_view.views(graph_view.GraphData((), ()))
     one = (graph_view.ViewNode("a", "op"),)
-    with pytest.raises(ValueError, match=r"edge \(0, 5\) names a node that does not exist"):
+    with pytest.raises(ValueError, match=r"has an edge \(0, 5\) to a node that does not exist"):
         graph_view.views(graph_view.GraphData(one, ((0, 5),)))
-    with pytest.raises(ValueError, match=r"selected=7 is not a node id; pass an int in 0\.\.0"):
+    with pytest.raises(ValueError, match=r"`selected` is 7, not a node id; pass an int in 0\.\.0"):
         graph_view.show(graph_view.GraphData(one, ()), selected=7)
     with pytest.raises(ValueError, match="widths has 1 entries for 2 nodes"):
         graph_layout.layout(2, [], [10])

@@ -46,7 +46,8 @@ def test_fit_learns_a_separable_problem_and_returns_a_history(capsys):
 def test_fit_rejects_non_positive_or_non_int_epochs(epochs):
     model = _model()
     train, val = _loaders()
-    with pytest.raises(ValueError, match="epochs must be a positive int.*pass epochs=1 or more"):
+    # a number out of range is a ValueError; a bool, a float or a string is a TypeError
+    with pytest.raises((TypeError, ValueError), match="`epochs` must be an integer above zero; got"):
         training.fit(model, train, val, torch.optim.SGD(model.parameters(), lr=0.1), epochs, progress=False)
 
 
@@ -58,7 +59,7 @@ def test_fit_rejects_empty_loaders_before_training(which):
     empty = DataLoader(TensorDataset(torch.zeros(0, 2), torch.zeros(0, dtype=torch.long)), batch_size=4)
     loaders = {"train_loader": empty, "val_loader": val} if which == "train_loader" else \
         {"train_loader": train, "val_loader": empty}
-    with pytest.raises(ValueError, match=f"{which} yields no batches.*give it data or lower batch_size"):
+    with pytest.raises(ValueError, match=f"`{which}` yields no batches.*give it data or lower batch_size"):
         training.fit(model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1), epochs=1, progress=False,
                      **loaders)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))   # nothing was trained
@@ -66,7 +67,7 @@ def test_fit_rejects_empty_loaders_before_training(which):
 
 def test_drop_last_with_too_few_samples_counts_as_empty():
     loader = DataLoader(_separable(n=10), batch_size=32, drop_last=True)
-    with pytest.raises(ValueError, match="loader yields no batches"):
+    with pytest.raises(ValueError, match="`loader` yields no batches"):
         training.evaluate(_model(), loader)
 
 

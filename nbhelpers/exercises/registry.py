@@ -70,8 +70,10 @@ class Verdict:
 def grade(exercise: str, answer) -> Verdict:
     """Judge `answer` for `exercise` (an id such as "03.1") and return the verdict as data. Judging runs under
     a forked RNG and with grad enabled, so it neither changes the learner's random state nor depends on it."""
-    if exercise not in EXERCISES:
-        raise ValueError(f"no exercise {exercise!r}; the exercises are {', '.join(sorted(EXERCISES))}")
+    if not isinstance(exercise, str) or exercise not in EXERCISES:
+        raise (ValueError if isinstance(exercise, str) else TypeError)(
+            f"exercises.check: `exercise` must be an exercise id such as \"03.1\"; got {exercise!r}; the exercises "
+            f"are {', '.join(sorted(EXERCISES))}")
     ex = EXERCISES[exercise]
     try:
         if answer is Ellipsis or (isinstance(answer, dict) and any(v is Ellipsis for v in answer.values())):
