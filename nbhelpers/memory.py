@@ -26,10 +26,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from nbhelpers import devices, module_scope
+from nbhelpers import arguments, devices, eager_only, module_scope
 
 __all__ = ["OpEvent", "Allocation", "Tracker", "track", "Timeline", "timeline", "SavedBytes",
-           "saved_bytes_by_module", "cuda_history", "plot_timeline"]
+           "saved_bytes_by_module", "cuda_history", "plot_timeline"]   # storage_key, dense_parts: for memory_agreement
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,8 @@ class OpEvent:
     index: int
     op: str                    # e.g. "aten.addmm.default"
     module: str                # innermost module running it, e.g. "NeuralNetwork.core.fc1", or "Adam.step"
-    phase: str                 # "forward", "backward" or "optimizer" (inside an optimizer's step())
+    phase: str                 # "forward", "backward", "recompute" (checkpointing's forward, run again in backward)
+                               # or "optimizer" (inside an optimizer's step())
     live_bytes: int            # bytes of storages allocated inside the block and still alive
     cuda_allocated: int | None = None
     cuda_reserved: int | None = None
@@ -80,14 +81,14 @@ class _LiveBytes(TorchDispatchMode):
         # torch.tensor(data) fills its storage before any op runs, then hands it to lift_fresh: that
         # input is new, not a tensor from before the block
         made = () if func is torch.ops.aten.lift_fresh.default else tree_flatten((args, kwargs))[0]
-        inputs = {_key(t) for t in made if isinstance(t, torch.Tensor)}
+        inputs = {storage_key(t) for t in _dense(made)}
         out = func(*args, **(kwargs or {}))
         t = self.tracker
         module, phase = self.modules.current()
-        for tensor in tree_flatten(out)[0]:
-            if not isinstance(tensor, torch.Tensor) or tensor.device.type == "meta":
+        for tensor in _dense(tree_flatten(out)[0]):
+            if tensor.device.type == "meta":
                 continue
-            key = _key(tensor)
+            key = storage_key(tensor)
             # a storage we count already, or one of the op's inputs (a view or an in-place result of a
             # tensor made before the block); addresses are not remembered beyond the op, because the
             # allocator reuses the address of a freed storage for a new one
@@ -113,8 +114,25 @@ class _LiveBytes(TorchDispatchMode):
             self.tracker.live_bytes -= record.nbytes
 
 
-def _key(t: torch.Tensor) -> int:
+def storage_key(t: torch.Tensor) -> int:
+    """The key `track` records a dense tensor's storage under (its address, while it lives)."""
     return t.untyped_storage().data_ptr()
+
+
+def dense_parts(t: torch.Tensor) -> list[torch.Tensor]:
+    """The dense tensors whose storages hold `t`'s data: `t` itself, or a sparse tensor's indices and values
+    (an EmbeddingBag(sparse=True) gradient is one)."""
+    if t.layout == torch.sparse_coo:
+        return [t._indices(), t._values()]
+    if t.layout in (torch.sparse_csr, torch.sparse_bsr):
+        return [t.crow_indices(), t.col_indices(), t.values()]
+    if t.layout in (torch.sparse_csc, torch.sparse_bsc):
+        return [t.ccol_indices(), t.row_indices(), t.values()]
+    return [t]
+
+
+def _dense(values) -> list[torch.Tensor]:
+    return [part for v in values if isinstance(v, torch.Tensor) for part in dense_parts(v)]
 
 
 @contextmanager
@@ -124,11 +142,14 @@ def track(device: torch.device | str | None = None) -> Iterator[Tracker]:
     Only storages created inside the block count (parameters and inputs made before it do not). A
     storage is counted once, when the op that created it returns, and uncounted when it is freed.
     With a CUDA `device`, every event also carries memory_allocated and memory_reserved.
+    A dispatch mode sees the eager program: a compiled function called in the block runs eagerly, and a
+    CompiledRanEagerly warning says so (see `eager_only`).
     """
     tracker = Tracker()
     cuda = devices.resolve(device).type == "cuda"
     modules = module_scope.record()
-    with modules, _LiveBytes(tracker, modules, cuda):
+    seen = eager_only.warn_if_compiled("memory.track", eager_only.FOR_MEMORY, stacklevel=5)
+    with seen, modules, _LiveBytes(tracker, modules, cuda):
         yield tracker
 
 
@@ -142,17 +163,20 @@ class Timeline:
 
 
 _PHASE_CATEGORY = {"forward": "activations & other forward", "backward": "backward temporaries",
+                   "recompute": "activations recomputed in backward",
                    "optimizer": "optimizer step", "cuda": "allocator blocks"}
 
 
 def timeline(tracker: Tracker, categories: dict[str, list] | None = None) -> Timeline:
     """Split the tracker's live bytes into categories: each named group of tensors alive at the end
     (e.g. {"gradients": [...], "optimizer state": [...]}) and, for everything else, its phase."""
+    arguments.require("memory.timeline", "tracker", tracker, Tracker, "the Tracker of a `with memory.track()` block")
+    _check_categories(categories)
     owner = {}
     for name, tensors in (categories or {}).items():
         for t in tensors:
-            if isinstance(t, torch.Tensor):
-                owner[_key(t)] = name
+            for part in dense_parts(t) if isinstance(t, torch.Tensor) else ():
+                owner[storage_key(part)] = name
     n = len(tracker.events)
     changes: dict[str, list[int]] = defaultdict(lambda: [0] * (n + 1))   # bytes in/out at each op
     for a in tracker.allocations:
@@ -163,6 +187,17 @@ def timeline(tracker: Tracker, categories: dict[str, list] | None = None) -> Tim
     series = {name: list(accumulate(delta[:n])) for name, delta in changes.items()}
     labels = tuple(f"{e.phase}: {e.module}" for e in tracker.events)
     return Timeline(labels, series, tracker.peak_bytes)
+
+
+def _check_categories(categories) -> None:
+    expected = 'a dict of named lists of tensors, such as {"gradients": [p.grad for p in model.parameters()]}'
+    if categories is None:
+        return
+    arguments.require("memory.timeline", "categories", categories, dict, expected)
+    for name, tensors in categories.items():
+        if not isinstance(tensors, (list, tuple)) or not all(t is None or isinstance(t, torch.Tensor) for t in tensors):
+            raise TypeError(f"memory.timeline: `categories` must be {expected}; its entry {name!r} is "
+                            f"{arguments.given(tensors)}")
 
 
 @dataclass(frozen=True)
@@ -181,6 +216,7 @@ def saved_bytes_by_module(model: Callable[..., torch.Tensor],
     Returns the counts and the output (keep it to keep the graph). Bytes are numel x element size of
     each saved tensor; a tensor saved twice counts twice, as in the graph's `_saved_*` attributes.
     """
+    arguments.require_callable("memory.saved_bytes_by_module", "model", model, "a module or a function that runs one")
     totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     modules = module_scope.record()
 
@@ -201,8 +237,12 @@ def cuda_history(device: torch.device | str = "cuda", max_entries: int = 100_000
     and, on exit, turn the snapshot's alloc/free trace into a Tracker, so `timeline` and
     `plot_timeline` draw it like `track`'s. Recording is switched off on exit, errors included."""
     device = torch.device(device)
-    if device.type != "cuda" or not torch.cuda.is_available():
-        raise RuntimeError(f"cuda_history needs a CUDA device, got {device}; use memory.track() on a CPU")
+    if device.type != "cuda":
+        raise ValueError(f"memory.cuda_history: `device` must be a CUDA device; got {str(device)!r}; use "
+                         "memory.track() on a CPU")
+    if not torch.cuda.is_available():
+        raise RuntimeError("cuda_history needs CUDA, and this machine has none (torch.cuda.is_available() is False); "
+                           "use memory.track() on a CPU")
     tracker = Tracker()
     torch.cuda.memory._record_memory_history(max_entries=max_entries)
     try:

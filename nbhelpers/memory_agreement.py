@@ -16,8 +16,7 @@ from typing import Callable
 
 import torch
 
-from nbhelpers import memory
-from nbhelpers.memory import _key      # the storage key track's records use: the same one here
+from nbhelpers import arguments, eager_only, memory
 
 __all__ = ["Agreement", "against_memtracker"]
 
@@ -46,20 +45,18 @@ def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
     compare the two peaks category by category. MemTracker files a gradient under Temp until it is
     accumulated into `.grad`, and `track` by what it is at the end, so those two are compared together.
     """
-    from torch.distributed._tools.mem_tracker import MemTracker
-
+    arguments.require_callable("memory_agreement.against_memtracker", "step", step,
+                               "a function of no arguments that runs one training step")
+    arguments.require_module("memory_agreement.against_memtracker", "model", model)
+    arguments.require_optimizer("memory_agreement.against_memtracker", "optimizer", optimizer)
     step()
     optimizer.zero_grad(set_to_none=True)
-    tracker = MemTracker()
-    tracker.track_external(model, optimizer)
-    with tracker:
-        step()
-    (snapshot,) = tracker.get_tracker_snapshot("peak").values()        # one device
-    mt = {str(getattr(k, "value", k)): v for k, v in snapshot.items()}
-    optimizer.zero_grad(set_to_none=True)
-    before = _held_before(model, optimizer)
-    with memory.track() as ours:
-        step()
+    with eager_only.warn_if_compiled("against_memtracker (MemTracker and memory.track)", eager_only.FOR_MEMORY):
+        mt = _memtracker_peak(step, model, optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        before = _held_before(model, optimizer)
+        with memory.track() as ours:
+            step()
     named = {"gradients": [p.grad for p in model.parameters()]}
     series = memory.timeline(ours, named).bytes_by_category
     total = [sum(values) for values in zip(*series.values())] or [0]
@@ -73,8 +70,10 @@ def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
         Agreement("Buffer", mt["Buffer"], 0, before["Buffer"], "the buffers, held from before the block"),
         Agreement("Optstate", mt["Optstate"], peak.get("optimizer step", 0), before["Optstate"] + earlier["optimizer"],
                   "the optimizer's state, held from before (both count the step's temporaries)"),
-        Agreement("Activation", mt["Activation"], peak.get("activations & other forward", 0), earlier["forward"],
-                  "tensors from before the block that forward returned a view of"),
+        Agreement("Activation", mt["Activation"],
+                  peak.get("activations & other forward", 0) + peak.get("activations recomputed in backward", 0),
+                  earlier["forward"] + earlier["recompute"],
+                  "tensors from before the block that forward (or its recomputation) returned a view of"),
         Agreement("Gradient + Temp", mt["Gradient"] + mt["Temp"],
                   peak.get("gradients", 0) + peak.get("backward temporaries", 0), earlier["backward"],
                   "tensors from before the block that backward returned a view of"),
@@ -84,6 +83,25 @@ def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
     )
 
 
+def _memtracker_peak(step: Callable[[], object], model: torch.nn.Module, optimizer) -> dict[str, int]:
+    """MemTracker's bytes per category at its peak, over one `step()`."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    tracker = MemTracker()
+    tracker.track_external(model, optimizer)
+    try:
+        with tracker:
+            step()
+    except NotImplementedError as error:          # mem_tracker.py reads every result's storage
+        if "Sparse" not in str(error):
+            raise
+        raise ValueError("memory_agreement.against_memtracker: torch's MemTracker cannot follow sparse tensors "
+                         f"({error}), so there is nothing to compare with; memory.track counts a sparse "
+                         "tensor's indices and values: read its numbers on their own") from error
+    (snapshot,) = tracker.get_tracker_snapshot("peak").values()        # one device
+    return {str(getattr(k, "value", k)): v for k, v in snapshot.items()}
+
+
 def _held_before(model, optimizer) -> dict:
     """Bytes of the storages the model and optimizer hold, by MemTracker's category, counting each storage once."""
     keys: set[int] = set()
@@ -91,9 +109,10 @@ def _held_before(model, optimizer) -> dict:
     def once(tensors) -> int:
         total = 0
         for t in tensors:
-            if isinstance(t, torch.Tensor) and _key(t) not in keys:
-                keys.add(_key(t))
-                total += t.untyped_storage().nbytes()
+            for part in memory.dense_parts(t) if isinstance(t, torch.Tensor) else ():
+                if memory.storage_key(part) not in keys:
+                    keys.add(memory.storage_key(part))
+                    total += part.untyped_storage().nbytes()
         return total
 
     params = list(model.parameters())

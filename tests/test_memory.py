@@ -113,8 +113,11 @@ def test_timeline_splits_categories_and_plots():
 def test_cuda_history_needs_cuda():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    with pytest.raises(RuntimeError, match="needs a CUDA device.*use memory.track"):
+    with pytest.raises(ValueError, match="`device` must be a CUDA device.*use memory.track"):
         with memory.cuda_history("cpu"):
+            pass
+    with pytest.raises(RuntimeError, match="this machine has none.*use memory.track"):
+        with memory.cuda_history("cuda"):
             pass
 
 
