@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from nbhelpers import compilation, memory, models, profiling, storage, training
+from nbhelpers import compilation, memory, mixed_precision, models, profiling, storage, training
 
 
 class _MadeOn(TorchDispatchMode):
@@ -47,6 +47,12 @@ def _fit(device):
                  device=device, progress=False)
 
 
+def _precision(device, monkeypatch):
+    # Adam.step asks the accelerator (CUDA, faked here) whether a CUDA graph is being captured: not a device choice
+    monkeypatch.setattr(torch.optim.Optimizer, "_accelerator_graph_capture_health_check", lambda self: None)
+    mixed_precision.train_with_precision(models.mlp(), None, _tiny_data(), _tiny_data(), 1, device=device)
+
+
 def _track(device):
     with memory.track(device) as t:
         F.relu(torch.ones(3) * 2)
@@ -64,6 +70,7 @@ HELPERS = {
     "memory.track": lambda device, mp: _track(device),
     "profiling.machine_peaks": lambda device, mp: _peaks(device, mp),
     "training.fit and evaluate": lambda device, mp: _fit(device),
+    "mixed_precision.train_with_precision": lambda device, mp: _precision(device, mp),
 }
 
 
