@@ -108,9 +108,21 @@ def _node(i: int, fn, names: dict) -> Node:
 
 
 def _saved(fn) -> tuple[SavedTensor, ...]:
-    """What the node saved, read without unpacking: `_raw_saved_*` is the SavedTensor autograd keeps, and
-    its `.data` is what was packed. Unpacking would run saved-tensor hooks (activation checkpointing
-    recomputes its forward there) and report memory the graph does not hold."""
+    return tuple(_saved_entry(name, packed) for name, packed in packed_saves(fn))
+
+
+def saved_objects(t: torch.Tensor) -> list[tuple[object, str, object]]:
+    """(node, attribute, what was packed) for every tensor saved in the graph that ends at `t`. For
+    memory.saved_bytes_by_module, which compares them with what its saved-tensor hooks packed (not in __all__)."""
+    return [(fn, name, packed) for fn in _walk(_root_fn(t)) for name, packed in packed_saves(fn)]
+
+
+def packed_saves(fn, prefix: str = "") -> list[tuple[str, object]]:
+    """(attribute, what was packed) for each tensor node `fn` saved, read without unpacking: `_raw_saved_*` is
+    the SavedTensor autograd keeps, and its `.data` is what was packed. Unpacking would run saved-tensor hooks
+    (activation checkpointing recomputes its forward there) and report memory the graph does not hold. A
+    CopySlices node (an in-place op on a view, such as an in-place Dropout on a slice) has no `_saved_*` of its
+    own: it keeps the in-place op's node, `_wrapped_node`, whose saves are listed as `_wrapped_node._saved_*`."""
     saved = []
     for raw_attr in _raw_saved_names(type(fn)):
         attr = raw_attr.replace("_raw", "", 1)               # the name the docs use: _saved_self, ...
@@ -118,11 +130,13 @@ def _saved(fn) -> tuple[SavedTensor, ...]:
         packed = [r.data for r in value] if isinstance(value, (tuple, list)) else [value.data]
         if all(v is None for v in packed):
             _raise_if_freed(fn, attr)                        # else it was not needed (an undefined save)
+        attr = prefix + attr
         for k, v in enumerate(packed):
             name = attr if not isinstance(value, (tuple, list)) else f"{attr}[{k}]"
             if v is not None:
-                saved.append(_saved_entry(name, v))
-    return tuple(saved)
+                saved.append((name, v))
+    wrapped = getattr(fn, "_wrapped_node", None)
+    return saved + (packed_saves(wrapped, f"{prefix}_wrapped_node.") if wrapped is not None else [])
 
 
 @functools.cache

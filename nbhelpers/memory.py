@@ -15,6 +15,7 @@ Example:
 """
 from __future__ import annotations
 
+import sys
 import weakref
 from collections import defaultdict
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from nbhelpers import arguments, devices, eager_only, module_scope
+from nbhelpers import arguments, autograd_graph, devices, eager_only, module_scope
 
 __all__ = ["OpEvent", "Allocation", "Tracker", "track", "Timeline", "timeline", "SavedBytes",
            "saved_bytes_by_module", "cuda_history", "plot_timeline"]   # storage_key, dense_parts: for memory_agreement
@@ -202,10 +203,18 @@ def _check_categories(categories) -> None:
 
 @dataclass(frozen=True)
 class SavedBytes:
-    """What one module's ops saved for backward."""
+    """What one module's ops saved for backward: `tensors` and `nbytes` as saved-tensor hooks see them, and the
+    two ways those differ from the graph's own saved tensors (`autograd_graph.trace`), each counted:
+    trace's bytes == nbytes + wrapped_numbers - checkpoint_inputs, summed over modules."""
 
     tensors: int
     nbytes: int
+    # Python numbers autograd saves as 0-dim tensors (8 B for `x * 2`): in the graph, but never handed to the
+    # hooks (torch/csrc/autograd/saved_variable.cpp: "Avoid wrapped numbers from being leaked to the user")
+    wrapped_numbers: int = 0
+    # of nbytes, the inputs non-reentrant checkpointing keeps in its own frame (checkpoint.py save_inputs):
+    # packed by the hooks, held by no graph node
+    checkpoint_inputs: int = 0
 
 
 def saved_bytes_by_module(model: Callable[..., torch.Tensor],
@@ -217,18 +226,46 @@ def saved_bytes_by_module(model: Callable[..., torch.Tensor],
     each saved tensor; a tensor saved twice counts twice, as in the graph's `_saved_*` attributes.
     """
     arguments.require_callable("memory.saved_bytes_by_module", "model", model, "a module or a function that runs one")
-    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    totals: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])   # tensors, bytes, wrapped, checkpoint
+    packed: set[int] = set()
     modules = module_scope.record()
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         entry = totals[modules.current()[0]]
         entry[0] += 1
         entry[1] += t.numel() * t.element_size()
+        entry[3] += t.numel() * t.element_size() if _packed_by_checkpoint() else 0
+        packed.add(id(t))
         return t
 
     with modules, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = model(*inputs)
-    return {name: SavedBytes(n, b) for name, (n, b) in totals.items()}, out
+        for t in _dense(tree_flatten(out)[0]):
+            if t.grad_fn is not None:
+                _count_wrapped_numbers(t, packed, totals)
+    return {name: SavedBytes(*entry) for name, entry in totals.items()}, out
+
+
+def _count_wrapped_numbers(t: torch.Tensor, packed: set[int], totals) -> None:
+    """Saved tensors in the graph that the hooks never packed: Python numbers autograd wrapped (a tensor the
+    hooks packed is the very object the graph holds)."""
+    seen = set()
+    for node, _, saved in autograd_graph.saved_objects(t):
+        if isinstance(saved, torch.Tensor) and id(saved) not in packed and (id(node), id(saved)) not in seen:
+            seen.add((id(node), id(saved)))
+            totals[module_scope.module_of(node)][2] += saved.numel() * saved.element_size()
+
+
+def _packed_by_checkpoint() -> bool:
+    """Whether torch.utils.checkpoint's frame is saving its inputs (`save_inputs`) a few calls up."""
+    frame = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "save_inputs" and frame.f_code.co_filename.endswith("checkpoint.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 @contextmanager

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from nbhelpers import memory, models
+from nbhelpers import memory, models, module_scope
 
 matplotlib.use("agg")   # this test process only
 
@@ -172,3 +172,23 @@ def test_module_scope_probes_are_not_recorded_as_ops_of_the_program():
         model(x)
     assert [e.op for e in t.events] == ["aten.t.default", "aten.addmm.default", "aten.tanh.default",
                                         "aten.detach.default"]     # no probe's empty and view
+
+
+def test_saved_bytes_name_what_the_hooks_cannot_line_up_with_the_graph():
+    from torch.utils.checkpoint import checkpoint
+
+    from nbhelpers import autograd_graph
+
+    x = torch.rand(4, 8, requires_grad=True)
+    saved, out = memory.saved_bytes_by_module(lambda t: t * 2, x)            # 2 is saved as an int64 0-dim tensor
+    assert saved[module_scope.OUTSIDE] == memory.SavedBytes(0, 0, wrapped_numbers=8)
+    block = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
+    saved, out = memory.saved_bytes_by_module(lambda t: checkpoint(block, t, use_reentrant=False), x)
+    assert saved[module_scope.OUTSIDE].checkpoint_inputs == x.numel() * 4   # the kept input, in no node
+    assert sum(s.nbytes for n in autograd_graph.trace(out.sum()).nodes for s in n.saved) == 0
+    base = x * 1
+    torch.nn.functional.dropout(base[:, :4], 0.5, training=True, inplace=True)   # an in-place op on a view
+    copy_slices = autograd_graph.trace(base.sum()).nodes[1]
+    assert copy_slices.name == "torch::autograd::CopySlices"
+    assert [s.attr for s in copy_slices.saved] == ["_wrapped_node._saved_other"]   # the dropout mask, 4 x 4
+    assert copy_slices.saved[0].nbytes == 16 * 4
