@@ -118,8 +118,10 @@ class _Scope:
             end = _next_sequence_nr()
         self.spans.append(_Span(first, end, chain))
         owned = {id(p) for p in module.parameters()}
-        # what the forward returned, in any container, and what it kept on the module (`self.attn = ...`)
-        roots = [t.grad_fn for t in _tensors_in((output, vars(module))) if t.grad_fn is not None]
+        # what the forward returned, in any container, and a tensor it kept on the module (`self.attn = ...`,
+        # a plain attribute: it lands in the instance's __dict__, beside _parameters and _modules)
+        kept = [v for v in vars(module).values() if isinstance(v, torch.Tensor)]
+        roots = [t.grad_fn for t in _tensors_in(output) + kept if t.grad_fn is not None]
         _tag_new_nodes(roots, self.spans, first, owned)
         if not self.stack:
             self.spans = []
