@@ -232,28 +232,29 @@ def saved_bytes_by_module(model: Callable[..., torch.Tensor],
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         entry = totals[modules.current()[0]]
+        nbytes = t.numel() * t.element_size()
         entry[0] += 1
-        entry[1] += t.numel() * t.element_size()
-        entry[3] += t.numel() * t.element_size() if _packed_by_checkpoint() else 0
+        entry[1] += nbytes
+        entry[3] += nbytes if _packed_by_checkpoint() else 0
         packed.add(id(t))
         return t
 
     with modules, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = model(*inputs)
-        for t in _dense(tree_flatten(out)[0]):
-            if t.grad_fn is not None:
-                _count_wrapped_numbers(t, packed, totals)
+        _count_wrapped_numbers([t for t in _dense(tree_flatten(out)[0]) if t.grad_fn is not None], packed, totals)
     return {name: SavedBytes(*entry) for name, entry in totals.items()}, out
 
 
-def _count_wrapped_numbers(t: torch.Tensor, packed: set[int], totals) -> None:
+def _count_wrapped_numbers(outputs: list[torch.Tensor], packed: set[int], totals) -> None:
     """Saved tensors in the graph that the hooks never packed: Python numbers autograd wrapped (a tensor the
-    hooks packed is the very object the graph holds)."""
+    hooks packed is the very object the graph holds). Each (node, attribute) once, however many of the outputs
+    reach it."""
     seen = set()
-    for node, _, saved in autograd_graph.saved_objects(t):
-        if isinstance(saved, torch.Tensor) and id(saved) not in packed and (id(node), id(saved)) not in seen:
-            seen.add((id(node), id(saved)))
-            totals[module_scope.module_of(node)][2] += saved.numel() * saved.element_size()
+    for t in outputs:
+        for node, attr, saved in autograd_graph.saved_objects(t):
+            if isinstance(saved, torch.Tensor) and id(saved) not in packed and (node, attr) not in seen:
+                seen.add((node, attr))
+                totals[module_scope.module_of(node)][2] += saved.numel() * saved.element_size()
 
 
 def _packed_by_checkpoint() -> bool:

@@ -192,3 +192,9 @@ def test_saved_bytes_name_what_the_hooks_cannot_line_up_with_the_graph():
     assert copy_slices.name == "torch::autograd::CopySlices"
     assert [s.attr for s in copy_slices.saved] == ["_wrapped_node._saved_other"]   # the dropout mask, 4 x 4
     assert copy_slices.saved[0].nbytes == 16 * 4
+
+
+def test_a_wrapped_number_reached_from_two_outputs_counts_once():
+    x = torch.rand(4, requires_grad=True)
+    saved, _ = memory.saved_bytes_by_module(lambda t: (lambda y: (y + 1, y - 1))(t * 2), x)   # both reach t * 2
+    assert saved[module_scope.OUTSIDE].wrapped_numbers == 8
