@@ -6,9 +6,10 @@ autograd node created during it and not claimed by an inner module is tagged, in
 stack of modules running then (outermost first: `("NeuralNetwork", "NeuralNetwork.core",
 "NeuralNetwork.core.fc1")`), so a container that never runs (an `nn.ModuleList`) is never a level. In
 backward, `torch._C._current_autograd_node()` is the node being run, so its tag says whose forward made it.
-"Created during it" is decided by sequence numbers: each node's `_sequence_nr()` is a per-thread counter
-of node creation, read at module entry with a throwaway view node; AccumulateGrad nodes (which have the
-largest possible number) are tagged with the module that owns their parameter. Unlike
+"Created during it" is decided by sequence numbers: each node's `_sequence_nr()` is taken from a per-thread
+counter of node creation, which `torch.autograd._get_sequence_nr()` reads without moving it (at::sequence_number
+::peek, aten/src/ATen/SequenceNumber.cpp; torch.fx's proxy.py reads it the same way) at module entry and exit;
+AccumulateGrad nodes (which have the largest possible number) are tagged with the module that owns their parameter. Unlike
 `torch.utils.module_tracker.ModuleTracker`, which registers `register_multi_grad_hook` on each module's
 inputs and outputs, it registers no hooks on tensors: the graph it tags is the one the model built.
 The leave hook is registered with `always_call=True`, so a forward that raises still pops the stack.
@@ -34,6 +35,7 @@ __all__ = ["record", "module_of", "modules_of", "OUTSIDE"]
 OUTSIDE = "(outside modules)"
 _TAG = "nbhelpers.module_scope.module"
 _ACCUMULATE = "torch::autograd::AccumulateGrad"
+_LAST = 2**64 - 1      # AccumulateGrad's sequence number: UINT64_MAX, "so it's always called ASAP" (accumulate_grad.h)
 
 
 def modules_of(node) -> tuple[str, ...]:
@@ -47,16 +49,6 @@ def module_of(node) -> str:
     return chain[-1] if chain else OUTSIDE
 
 
-def _next_sequence_nr() -> int:
-    """The sequence number the next autograd node of this thread will get (creates and drops one). The
-    probe runs with the dispatch modes set aside, so no instrument records it as an op of the program."""
-    from torch.utils._python_dispatch import _disable_current_modes
-
-    with _disable_current_modes():
-        probe = torch.empty(0, requires_grad=True).view(0)
-    return probe.grad_fn._sequence_nr() + 1 if probe.grad_fn is not None else 0   # inference mode: no nodes
-
-
 class _Scope:
     """The running module's path in forward (a stack) and in backward (the running node's tag)."""
 
@@ -66,7 +58,6 @@ class _Scope:
         self.names: dict[int, str] = {}              # id(module) -> path, from the outermost module
         self.handles = []
         self.steps: list[str] = []                   # the optimizers whose step() is running
-
     def __enter__(self):
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
@@ -105,8 +96,7 @@ class _Scope:
         if not self.stack:                           # an outermost module: name everything under it once
             self.names = _paths(module)
         name = self.names.get(id(module), type(module).__name__)
-        with torch.enable_grad():
-            first = _next_sequence_nr()
+        first = torch.autograd._get_sequence_nr()
         self.stack.append((name, first))
 
     def _leave_module(self, module, args, output):
@@ -114,15 +104,13 @@ class _Scope:
             return
         chain = tuple(entry[0] for entry in self.stack) or (type(module).__name__,)
         _, first = self.stack.pop() if self.stack else (None, 0)
-        with torch.enable_grad():
-            end = _next_sequence_nr()
+        end = torch.autograd._get_sequence_nr()
         self.spans.append(_Span(first, end, chain))
-        owned = {id(p) for p in module.parameters()}
         # what the forward returned, in any container, and a tensor it kept on the module (`self.attn = ...`,
         # a plain attribute: it lands in the instance's __dict__, beside _parameters and _modules)
         kept = [v for v in vars(module).values() if isinstance(v, torch.Tensor)]
         roots = [t.grad_fn for t in _tensors_in(output) + kept if t.grad_fn is not None]
-        _tag_new_nodes(roots, self.spans, first, owned)
+        _tag_new_nodes(roots, self.spans, first, module)
         if not self.stack:
             self.spans = []
 
@@ -149,30 +137,36 @@ def _innermost(spans: list[_Span], sequence_nr: int) -> tuple[str, ...] | None:
     return max(holding, key=lambda s: s.first).chain if holding else None
 
 
-def _tag_new_nodes(roots: list, spans: list[_Span], first: int, owned: set[int]) -> None:
+def _tag_new_nodes(roots: list, spans: list[_Span], first: int, module: torch.nn.Module) -> None:
     """Tag each node made since `first` with the innermost module call that made it, however it was reached
     (a node an inner module returned inside a dataclass is found from here, and still credited to that
-    module); the AccumulateGrad of this module's own parameters gets this module's chain (spans[-1])."""
-    stack, seen = list(roots), set()
+    module); the AccumulateGrad of this module's own parameters gets this module's chain (spans[-1]), unless an
+    inner module tagged it already."""
+    stack, seen, owned = list(roots), set(), None
     while stack:
         n = stack.pop()
         if n is None or n in seen:
             continue
         seen.add(n)
-        if n.name() == _ACCUMULATE:
-            if id(n.variable) in owned and _TAG not in n.metadata:
-                n.metadata[_TAG] = spans[-1].chain
+        sequence_nr = n._sequence_nr()
+        if sequence_nr < first:                      # made before this module's forward began
             continue
-        if n._sequence_nr() < first:                 # made before this module's forward began
+        if sequence_nr == _LAST and n.name() == _ACCUMULATE:
+            if _TAG not in n.metadata:
+                owned = owned if owned is not None else {id(p) for p in module.parameters()}   # once, if needed
+                if id(n.variable) in owned:
+                    n.metadata[_TAG] = spans[-1].chain
             continue
         if _TAG not in n.metadata:
-            n.metadata[_TAG] = _innermost(spans, n._sequence_nr()) or spans[-1].chain
+            n.metadata[_TAG] = _innermost(spans, sequence_nr) or spans[-1].chain
         stack.extend(f for f, _ in n.next_functions)
 
 
 def _tensors_in(value, depth: int = 0) -> list[torch.Tensor]:
     """The tensors in a forward's result: pytree containers (tuples, lists, dicts, namedtuples) and
     dataclasses, nested; other objects are not opened."""
+    if isinstance(value, torch.Tensor):            # the common case, without a pytree walk
+        return [value]
     if depth > 8:
         return []
     found = []
@@ -186,11 +180,12 @@ def _tensors_in(value, depth: int = 0) -> list[torch.Tensor]:
 
 def _paths(root: torch.nn.Module) -> dict[int, str]:
     """id(module) -> its path from `root`, named after the root's class; a compiled module
-    (`torch.compile(m)`, an OptimizedModule) is named as the module it wraps."""
-    top = type(getattr(root, "_orig_mod", root)).__name__
-    names = {id(m): f"{top}.{path}".replace("._orig_mod", "").replace("_orig_mod.", "") if path else top
-             for path, m in root.named_modules()}
-    for m in root.modules():
-        if hasattr(m, "_orig_mod"):
-            names[id(m._orig_mod)] = names[id(m)]
+    (`torch.compile(m)`, an OptimizedModule, which holds `m` as its submodule `_orig_mod`) is named as the
+    module it wraps."""
+    top = type(root._modules.get("_orig_mod", root)).__name__
+    names = {}
+    for path, m in root.named_modules():
+        if "_orig_mod" in path:
+            path = path.replace("._orig_mod", "").replace("_orig_mod.", "").replace("_orig_mod", "")
+        names.setdefault(id(m), f"{top}.{path}" if path else top)   # a wrapped module keeps its wrapper's name
     return names

@@ -1,10 +1,14 @@
 """Benchmark (not a test): what memory.track costs on a CNN training step, against no tracking, against
 torch's MemTracker (the same job: storages by category) and against torch.profiler with profile_memory=True.
 
-    python tests/benchmarks/memory_tracker_overhead.py [--batch 64]
+    python tests/benchmarks/memory_tracker_overhead.py [--batch 64] [--rounds 5]
+
+The variants take turns, round after round, and each ratio is the median over rounds of (variant / untracked
+in the same round): a machine that slows down for a while slows both sides of a ratio, not one variant.
 """
 import argparse
 import contextlib
+import statistics
 
 import torch
 import torch.nn.functional as F
@@ -17,7 +21,9 @@ from nbhelpers import memory, models
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batch", type=int, default=64)
-    batch = parser.parse_args().batch
+    parser.add_argument("--rounds", type=int, default=5)
+    options = parser.parse_args()
+    batch = options.batch
     torch.manual_seed(0)
     model = models.cnn()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -39,13 +45,15 @@ def main() -> None:
 
     variants = {"untracked": contextlib.nullcontext, "memory.track": memory.track, "MemTracker": mem_tracker,
                 "profiler": profiler}
-    medians = {}
-    for name, context in variants.items():
-        timer = benchmark.Timer("step(context)", globals={"step": step, "context": context})
-        medians[name] = timer.blocked_autorange(min_run_time=2.0).median
-    base = medians["untracked"]
-    for name, seconds in medians.items():
-        print(f"{name:<14} {seconds * 1e3:8.2f} ms per CNN step (batch {batch})  {seconds / base:5.2f}x")
+    rounds = []
+    for _ in range(options.rounds):
+        rounds.append({name: benchmark.Timer("step(context)", globals={"step": step, "context": context})
+                       .blocked_autorange(min_run_time=0.5).median for name, context in variants.items()})
+    for name in variants:
+        seconds = statistics.median(r[name] for r in rounds)
+        ratios = sorted(r[name] / r["untracked"] for r in rounds)
+        print(f"{name:<14} {seconds * 1e3:8.2f} ms per CNN step (batch {batch})  {statistics.median(ratios):5.2f}x "
+              f"(rounds: {ratios[0]:.2f}-{ratios[-1]:.2f}x)")
 
 
 if __name__ == "__main__":
