@@ -11,8 +11,9 @@ Example:
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -44,6 +45,10 @@ def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
     each of the last two after `optimizer.zero_grad()`, so that no gradient from an earlier step is held;
     compare the two peaks category by category. MemTracker files a gradient under Temp until it is
     accumulated into `.grad`, and `track` by what it is at the end, so those two are compared together.
+    A gradient made in forward (a fused loss kernel's, which AccumulateGrad takes as `.grad` without a copy)
+    is an activation until it is accumulated, for both: MemTracker moves a storage to Gradient when its grad
+    hook fires, so here each gradient is filed as one from the op at which AccumulateGrad took it (recorded by
+    a `register_post_accumulate_grad_hook`, removed on exit).
     """
     arguments.require_callable("memory_agreement.against_memtracker", "step", step,
                                "a function of no arguments that runs one training step")
@@ -55,12 +60,9 @@ def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
         mt = _memtracker_peak(step, model, optimizer)
         optimizer.zero_grad(set_to_none=True)
         before = _held_before(model, optimizer)
-        with memory.track() as ours:
+        with memory.track() as ours, _accumulation_times(model, ours) as accumulated_at:
             step()
-    named = {"gradients": [p.grad for p in model.parameters()]}
-    series = memory.timeline(ours, named).bytes_by_category
-    total = [sum(values) for values in zip(*series.values())] or [0]
-    peak = {name: values[total.index(max(total))] for name, values in series.items()} if series else {}
+    peak = _categories_at_peak(ours, model, accumulated_at)
     earlier = defaultdict(int)                      # made before, first returned as a view in this phase
     for key, (nbytes, phase) in ours.earlier.items():
         if key not in before["keys"]:
@@ -81,6 +83,33 @@ def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
                   sum(before[k] for k in ("Parameter", "Buffer", "Optstate")) + sum(earlier.values()),
                   "the rows above"),
     )
+
+
+@contextmanager
+def _accumulation_times(model: torch.nn.Module, tracker: memory.Tracker) -> Iterator[dict[int, int]]:
+    """id(parameter) -> the number of ops the tracker had seen when AccumulateGrad wrote its `.grad`."""
+    times: dict[int, int] = {}
+
+    def accumulated(param: torch.Tensor) -> None:
+        times[id(param)] = len(tracker.events)
+
+    handles = [p.register_post_accumulate_grad_hook(accumulated) for p in model.parameters() if p.requires_grad]
+    try:
+        yield times
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _categories_at_peak(tracker: memory.Tracker, model: torch.nn.Module, accumulated_at: dict[int, int]) -> dict:
+    """`track`'s bytes per category after the op at which its live bytes peaked; a gradient counts as one once
+    AccumulateGrad has taken it (before that, by the phase that made it)."""
+    by_phase = memory.timeline(tracker).bytes_by_category
+    total = [sum(values) for values in zip(*by_phase.values())] or [0]
+    at = total.index(max(total))
+    grads = [p.grad for p in model.parameters() if p.grad is not None and accumulated_at.get(id(p), 0) <= at]
+    series = memory.timeline(tracker, {"gradients": grads}).bytes_by_category
+    return {name: values[at] for name, values in series.items()}
 
 
 def _memtracker_peak(step: Callable[[], object], model: torch.nn.Module, optimizer) -> dict[str, int]:

@@ -52,3 +52,46 @@ def test_track_agrees_with_memtracker_to_the_byte(name):
     assert all(r.agrees for r in rows), [(r.category, r.memtracker, r.ours, r.accounted) for r in rows]
     if name == "cnn of issue 18":                    # the figures measured when the issue was filed
         assert (rows[-1].memtracker, rows[-1].ours, rows[-1].accounted) == (10_745_280, 10_499_376, 81_960 + 163_944)
+
+
+class _LossWithItsGradient(torch.autograd.Function):
+    """(x * w).sum(), with w's gradient computed in forward, as fused loss kernels do; backward hands it over
+    without a copy, so AccumulateGrad takes the forward's tensor as w.grad."""
+
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.grad_w = x.sum(0)
+        return (x * w).sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad_w = ctx.grad_w
+        del ctx.grad_w
+        return None, grad_w
+
+
+def test_a_gradient_made_in_forward_is_an_activation_until_accumulated():
+    from torch import nn
+
+    class FusedLoss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w, self.v = nn.Parameter(torch.randn(4096)), nn.Parameter(torch.randn(4096))
+
+        def forward(self, x):    # the second term makes backward's temporaries the peak, before w's accumulation
+            return _LossWithItsGradient.apply(x, self.w) + (x.exp() * self.v).exp().sum()
+
+    torch.manual_seed(0)
+    model, x = FusedLoss(), torch.randn(8, 4096) * 0.01
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step():
+        model(x).backward()
+        optimizer.step()
+
+    rows = memory_agreement.against_memtracker(step, model, optimizer)
+    assert all(r.agrees for r in rows), [(r.category, r.memtracker, r.ours, r.accounted) for r in rows]
+    activation = rows[3]
+    assert activation.ours >= 8 * 4096 * 4 + 4096 * 4      # x * w, and w's gradient, not yet accumulated
+    step()
+    assert not model.w._post_accumulate_grad_hooks, "the accumulation hooks are removed"
