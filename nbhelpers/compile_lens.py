@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import io
 import json
 import logging
@@ -89,6 +90,7 @@ def _require_compilable(function: str, fn) -> None:
 
 def _capture(fn, calls, dynamic, kernels) -> CompileReport:
     graphs, reasons = [], []
+    root = _root_names(fn)
 
     def recording_backend(gm, example_inputs):
         from torch._dynamo.backends.common import aot_autograd
@@ -102,7 +104,7 @@ def _capture(fn, calls, dynamic, kernels) -> CompileReport:
 
         def keeping(part):                        # an AOTAutograd compiler that keeps the graph it gets
             def compiler(aot_gm, aot_inputs):
-                graph[part] = _nodes(aot_gm)
+                graph[part] = _nodes(aot_gm, root, saved=part == "backward")
                 return boxed_nop(aot_gm, aot_inputs)
             return compiler
 
@@ -117,7 +119,7 @@ def _capture(fn, calls, dynamic, kernels) -> CompileReport:
             for k, (args, kwargs) in enumerate(calls):
                 records.append(({"call": k}, None))
                 compiled(*args, **kwargs)
-        fx = tuple(FxGraph(_nodes(g["gm"]), g["entry"], g["forward"] or (), g["backward"] or ()) for g in graphs)
+        fx = tuple(FxGraph(_nodes(g["gm"], root), g["entry"], g["forward"] or (), g["backward"] or ()) for g in graphs)
         found = _kernels(graphs[0]["gm"], graphs[0]["inputs"], fx[0]) if kernels and graphs else ()
     finally:
         torch.compiler.reset()
@@ -193,16 +195,55 @@ def _user_line(stack_trace: str | None) -> str:
     return lines[-1] if lines and not lines[-1].startswith("File ") else ""
 
 
-def _nodes(gm) -> tuple[FxNode, ...]:
+def _root_names(fn) -> tuple[str, str]:
+    """For a module: its class name, and the name its forward gives `self` (Dynamo names modules from it)."""
+    if not isinstance(fn, torch.nn.Module):
+        return "", ""
+    module = getattr(fn, "_orig_mod", fn)
+    parameters = list(inspect.signature(type(module).forward).parameters)
+    return type(module).__name__, parameters[0] if parameters else "self"
+
+
+def _nodes(gm, root: tuple[str, str], saved: bool = False) -> tuple[FxNode, ...]:
+    """`saved`: a backward graph, whose placeholders are the tensors forward saved, each with the module that
+    made it; elsewhere a placeholder is an input, made by no module (Dynamo tags it with its first user's)."""
     nodes = []
     for n in gm.graph.nodes:
         value = n.meta.get("example_value", n.meta.get("val"))      # Dynamo's, AOTAutograd's
         shape = str(list(value.shape)) if isinstance(value, torch.Tensor) else ""
         target = getattr(n.target, "__name__", str(n.target))
         made_from = n.meta.get("from_node") or ()                      # provenance, innermost pass first
+        stack = n.meta.get("nn_module_stack") or n.meta.get("fwd_nn_module_stack") or {}
+        module = _module_of(n, stack, root, saved)
         nodes.append(FxNode(n.name, n.op, target, shape, _user_line(n.meta.get("stack_trace")),
-                            made_from[0].name if made_from else ""))
+                            made_from[0].name if made_from else "", module))
     return tuple(nodes)
+
+
+def _module_of(n, stack: dict, root: tuple[str, str], saved: bool) -> str:
+    if n.op == "output" or (n.op == "placeholder" and not saved):
+        return ""
+    if stack:
+        return _module_path(list(stack.values())[-1][0], root)
+    # no stack: a saved graph input (made by no module), or the compiled module's own forward, which Dynamo's
+    # stack leaves out ("" for a function)
+    return "" if n.op == "placeholder" else root[0]
+
+
+_SOURCE_ROOT = re.compile(r"^[LG]\[['\"]([^'\"]+)['\"]\]")
+_SOURCE_PART = re.compile(r"\._modules\[['\"]([^'\"]+)['\"]\]|\[['\"]?([^'\"\]]+)['\"]?\]")
+
+
+def _module_path(source: str, root: tuple[str, str]) -> str:
+    """Dynamo's name for a module (its source, e.g. `L['self'].layers[0]._modules['fc']`) as a module path:
+    `Net.layers.0.fc` when a module `Net` was compiled (`root` is ("Net", "self")), `model.layers.0.fc` for a
+    function that reached a module through its variable `model`."""
+    head = _SOURCE_ROOT.match(source)
+    variable = head.group(1) if head else ""
+    rest = _SOURCE_PART.sub(lambda m: "." + (m.group(1) or m.group(2)), source[head.end():] if head else source)
+    parts = [p for p in rest.split(".") if p and p != "_orig_mod"]
+    base = root[0] if root[0] and variable == root[1] else variable
+    return ".".join([base] + parts) if base else ".".join(parts)
 
 
 # A reason the backend gets that is not a Gb_type: torch/_dynamo/symbolic_convert.py's generic_jump raises

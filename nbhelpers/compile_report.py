@@ -18,6 +18,10 @@ class FxNode:
     shape: str                 # of the traced value, "" when it is not a tensor
     line: str                  # the user's source line that made it ("" for inputs and outputs)
     source: str = ""           # in an AOTAutograd graph: the Dynamo FX node it was made from (meta["from_node"])
+    # the innermost module whose forward made it, from Dynamo's meta["nn_module_stack"] (a backward node: the
+    # forward module it differentiates, meta["fwd_nn_module_stack"]), as a path named after the compiled module's
+    # class ("Net.layers.0.fc", as module_scope names it); "" outside every module
+    module: str = ""
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ def from_report(report: CompileReport) -> GraphData:
     for k, graph in enumerate(report.graphs):
         for n in graph.nodes:
             add((k, n.name), f"{n.name}: {n.target}" if n.op == "call_function" else n.name, "op",
-                f"graph {k} (entry {graph.entry})", f"{n.op} {n.shape}".strip())
+                f"graph {k} (entry {graph.entry})", f"{n.op} {n.shape}".strip(),
+                [("module", n.module)] if n.module else ())
             if n.line:
                 edges.append((("line", n.line), (k, n.name)))
                 link(("line", n.line), (k, n.name))

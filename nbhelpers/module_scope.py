@@ -15,6 +15,8 @@ inputs and outputs, it registers no hooks on tensors: the graph it tags is the o
 The leave hook is registered with `always_call=True`, so a forward that raises still pops the stack.
 Global optimizer step hooks (`torch.optim.optimizer.register_optimizer_step_pre_hook` and its post hook)
 mark `optimizer.step()` as a phase of its own, named after the optimizer (`Adam.step`).
+A compiled module's program is one autograd node (`CompiledFunctionBackward`), tagged with the compiled module;
+which module made each op inside it is in `compile_lens`'s graphs (`FxNode.module`, from Dynamo's nn_module_stack).
 
 Example:
     with module_scope.record():

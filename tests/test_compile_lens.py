@@ -121,6 +121,53 @@ def test_aot_autograd_forward_and_backward_graphs():
     assert inference.forward and inference.backward == ()            # nothing needs a gradient
 
 
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc, self.act = torch.nn.Linear(8, 8), torch.nn.ReLU()
+
+    def forward(self, x):
+        return self.act(self.fc(x)) * 2            # the `* 2` belongs to the block itself
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers, self.head = torch.nn.Sequential(_Block(), _Block()), torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.head(self.layers(x)).sum()     # the sum runs in _Net's own forward
+
+
+def test_each_fx_node_is_credited_to_the_module_module_scope_credits_in_eager():
+    """Dynamo's nn_module_stack, read into FxNode.module, against module_scope's hooks on the eager model (an
+    oracle that shares no code): the forward module of each ATen op, and of each backward op and saved tensor."""
+    from nbhelpers import autograd_graph, module_scope
+
+    torch.manual_seed(0)
+    net, x = _Net(), torch.randn(3, 8)
+    graph = _quiet(net, x, kernels=False).graphs[0]
+    with module_scope.record():
+        eager = autograd_graph.trace(net(x), module=net)
+    eager_modules = {n.name: n.module for n in eager.nodes}
+    by_op = {"addmm.default": "AddmmBackward0", "relu.default": "ReluBackward0", "mul.Tensor": "MulBackward0"}
+    forward = [(n.target, n.module) for n in graph.forward if n.target in by_op]
+    assert [m for _, m in forward] == ["_Net.layers.0.fc", "_Net.layers.0.act", "_Net.layers.0",
+                                       "_Net.layers.1.fc", "_Net.layers.1.act", "_Net.layers.1", "_Net.head"]
+    eager_by_kind = {}
+    for n in eager.nodes:
+        eager_by_kind.setdefault(n.name, set()).add(n.module)
+    for target, module in forward:
+        assert module in eager_by_kind[by_op[target]], (target, module)
+    assert eager_modules["SumBackward0"] == "_Net"
+    assert [n.module for n in graph.forward if n.target == "sum.default"] == ["_Net"]   # not in a submodule
+    saved = [n.module for n in graph.backward if n.op == "placeholder" and not n.name.startswith("tangents")]
+    assert set(saved) - {""} <= {m for _, m in forward}                 # each saved tensor, the module that made it
+    assert {n.module for n in graph.backward if n.target == "threshold_backward.default"} == \
+        {"_Net.layers.0.act", "_Net.layers.1.act"}
+    assert all(n.module == "" for n in graph.nodes if n.op == "placeholder")       # inputs: made by no module
+
+
 def test_guards_of_each_entry_and_the_guard_each_recompile_failed():
     report = compile_lens.capture_calls(lambda x: (x * 2).sin().sum(), [torch.rand(n) for n in (8, 16, 1, 32)])
     assert [(e.id, e.call) for e in report.entries] == [("0/0", 0), ("0/1", 1), ("0/2", 2)]   # 32 reuses 0/1
