@@ -93,7 +93,7 @@ doctor: $(STAMP)
 # from PyPI, pinned with the test extras); open build/trace/report/index.html in a browser.
 trace: $(STAMP)
 	rm -rf build/trace
-	TORCH_TRACE=build/trace/logs $(PY) -m nbhelpers._trace_examples
+	TORCH_TRACE=build/trace/logs $(PY) -m nbhelpers._tools.trace_examples
 	$(VENV)/bin/tlparse build/trace/logs/* -o build/trace/report --no-browser --overwrite > /dev/null
 	@echo "wrote build/trace/report/index.html"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nbhelpers import _notebook_tools
+from nbhelpers._tools import notebook_tools
 from tests import notebook_rules
 from tests.offline_guard import offline_guard
 
@@ -23,7 +23,7 @@ NET_LOG = REPO / "build" / "network-attempts.log"
 
 def pytest_configure(config):
     os.environ.pop("MPLBACKEND", None)  # kernels inherit it; 'agg' drops every stored plot
-    _notebook_tools.quiet_interpreter_notices(os.environ)   # e.g. Python 3.13.0's note on Dynamo's guards
+    notebook_tools.quiet_interpreter_notices(os.environ)   # e.g. Python 3.13.0's note on Dynamo's guards
     if offline_guard.LOG_ENV not in os.environ:  # a nested pytest (tests/test_notebooks.py) appends
         NET_LOG.parent.mkdir(exist_ok=True)
         NET_LOG.write_text("")

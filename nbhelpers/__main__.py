@@ -26,7 +26,7 @@ def _doctor() -> int:
 def _execute(notebooks: list[Path]) -> int:
     import time
 
-    from nbhelpers._notebook_tools import execute_notebook
+    from nbhelpers._tools.notebook_tools import execute_notebook
 
     for nb in notebooks:
         print(f"executing {nb} ...", flush=True)
@@ -37,7 +37,7 @@ def _execute(notebooks: list[Path]) -> int:
 
 
 def _html(notebooks: list[Path], out: Path) -> int:
-    from nbhelpers._notebook_tools import MissingWidgetState, build_site
+    from nbhelpers._tools.notebook_tools import MissingWidgetState, build_site
 
     try:
         pages = build_site(notebooks, out)

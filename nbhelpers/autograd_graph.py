@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from nbhelpers import arguments
-from nbhelpers.module_scope import _ACCUMULATE, OUTSIDE, modules_of
+from nbhelpers.module_scope import ACCUMULATE_GRAD, OUTSIDE, modules_of
 
 __all__ = ["SavedTensor", "Node", "Edge", "Graph", "trace"]
 
@@ -102,7 +102,7 @@ def _walk(root) -> list:
 
 
 def _node(i: int, fn, names: dict) -> Node:
-    is_leaf = fn.name() == _ACCUMULATE
+    is_leaf = fn.name() == ACCUMULATE_GRAD
     label = (names.get(fn.variable) or f"leaf {tuple(fn.variable.shape)}") if is_leaf else fn.name()
     return Node(i, fn.name(), label, is_leaf, _saved(fn), fn._sequence_nr(), modules_of(fn))
 

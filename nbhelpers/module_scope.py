@@ -32,11 +32,11 @@ from dataclasses import dataclass
 import torch
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["record", "module_of", "modules_of", "OUTSIDE"]
+__all__ = ["record", "module_of", "modules_of", "OUTSIDE", "ACCUMULATE_GRAD"]
 
 OUTSIDE = "(outside modules)"
 _TAG = "nbhelpers.module_scope.module"
-_ACCUMULATE = "torch::autograd::AccumulateGrad"
+ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"   # the name() of the node that writes a leaf's .grad
 _LAST = 2**64 - 1      # AccumulateGrad's sequence number: UINT64_MAX, "so it's always called ASAP" (accumulate_grad.h)
 
 
@@ -153,7 +153,7 @@ def _tag_new_nodes(roots: list, spans: list[_Span], first: int, module: torch.nn
         sequence_nr = n._sequence_nr()
         if sequence_nr < first:                      # made before this module's forward began
             continue
-        if sequence_nr == _LAST and n.name() == _ACCUMULATE:
+        if sequence_nr == _LAST and n.name() == ACCUMULATE_GRAD:
             if _TAG not in n.metadata:
                 owned = owned if owned is not None else {id(p) for p in module.parameters()}   # once, if needed
                 if id(n.variable) in owned:

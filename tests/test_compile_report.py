@@ -1,11 +1,11 @@
 """nbhelpers.compile_report: the report is plain frozen data, shared by the recorder and the view."""
-import ast
 import dataclasses
 from pathlib import Path
 
 import pytest
 
 from nbhelpers import compile_report
+from tests.source_imports import imported_modules
 
 REPO = Path(__file__).parent.parent
 
@@ -27,9 +27,5 @@ def test_a_report_compares_by_value_and_cannot_be_changed():
 
 def test_the_view_depends_on_the_report_not_on_the_recorder():
     """compile_view draws a report; it must not need compile_lens (and torch._dynamo) to do so."""
-    tree = ast.parse((REPO / "nbhelpers" / "compile_view.py").read_text())
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    imported |= {f"nbhelpers.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
-                 and n.module == "nbhelpers" for a in n.names}
-    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported = imported_modules(REPO / "nbhelpers" / "compile_view.py")
     assert "nbhelpers.compile_report" in imported and "nbhelpers.compile_lens" not in imported

@@ -17,6 +17,7 @@ import torch
 from nbhelpers import ddp_workers, distributed
 from tests import ddp_fault_workers as faulty
 from tests import fake_gpu_host, suite_copy
+from tests.source_imports import imported_modules
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -178,10 +179,7 @@ def test_entry_point_refuses_to_run_outside_torchrun(tmp_path):
 
 
 def test_the_launcher_imports_nothing_from_the_package():
-    import ast
     from pathlib import Path
 
-    tree = ast.parse(Path(distributed.__file__).read_text())
-    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
-        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported = imported_modules(Path(distributed.__file__))
     assert not {m for m in imported if m and m.startswith("nbhelpers")}

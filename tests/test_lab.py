@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nbhelpers import _notebook_tools
+from nbhelpers._tools import notebook_tools
 from tests import browser
 
 REPO = Path(__file__).resolve().parent.parent
@@ -282,8 +282,8 @@ def test_a_view_run_and_saved_in_the_lab_responds_in_the_static_site(lab, tmp_pa
         while time.monotonic() < deadline and not nbformat.read(path, as_version=4).metadata.get("widgets"):
             time.sleep(0.5)
         saved = nbformat.read(path, as_version=4)
-        assert saved.cells[0].outputs and _notebook_tools.widgets_without_state(saved) == []
-        (page_path,) = _notebook_tools.build_site([path], tmp_path / "site")
+        assert saved.cells[0].outputs and notebook_tools.widgets_without_state(saved) == []
+        (page_path,) = notebook_tools.build_site([path], tmp_path / "site")
         page.goto(f"{site}/{page_path.name}")
         view = page.locator(".gv").first
         view.locator(".gv-box", has_text="ExpBackward0").first.click(timeout=60_000)

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from nbhelpers import __main__ as cli
-from nbhelpers import _notebook_tools, data, devices
+from nbhelpers import data, devices
+from nbhelpers._tools import notebook_tools
 
 
 def test_doctor_names_the_machine_and_verifies_the_data(capsys):
@@ -30,7 +31,7 @@ def test_doctor_fails_with_the_reason_when_the_data_is_damaged(capsys, monkeypat
 
 def test_execute_runs_each_notebook_in_turn(capsys, monkeypatch):
     ran = []
-    monkeypatch.setattr(_notebook_tools, "execute_notebook", ran.append)
+    monkeypatch.setattr(notebook_tools, "execute_notebook", ran.append)
     assert cli.main(["execute", "a.ipynb", "b.ipynb"]) == 0
     assert ran == [Path("a.ipynb"), Path("b.ipynb")]
     out = capsys.readouterr().out.splitlines()
@@ -40,7 +41,7 @@ def test_execute_runs_each_notebook_in_turn(capsys, monkeypatch):
 
 def test_html_builds_the_site_where_asked(capsys, monkeypatch, tmp_path):
     calls = []
-    monkeypatch.setattr(_notebook_tools, "build_site", lambda notebooks, out: calls.append((notebooks, out)) or ["p"])
+    monkeypatch.setattr(notebook_tools, "build_site", lambda notebooks, out: calls.append((notebooks, out)) or ["p"])
     assert cli.main(["html", "--out", str(tmp_path), "a.ipynb"]) == 0
     assert calls == [([Path("a.ipynb")], tmp_path)]
     assert capsys.readouterr().out == f"wrote 1 page(s) and index.html to {tmp_path}\n"
@@ -59,9 +60,9 @@ def test_the_program_exits_with_the_commands_code(monkeypatch, tmp_path):
     import runpy
 
     def no_state(notebooks, out):
-        raise _notebook_tools.MissingWidgetState("a.ipynb has no widget state")
+        raise notebook_tools.MissingWidgetState("a.ipynb has no widget state")
 
-    monkeypatch.setattr(_notebook_tools, "build_site", no_state)
+    monkeypatch.setattr(notebook_tools, "build_site", no_state)
     monkeypatch.setattr(sys, "argv", ["python -m nbhelpers", "html", "--out", str(tmp_path), "a.ipynb"])
     with pytest.raises(SystemExit) as stopped:
         runpy.run_module("nbhelpers", run_name="__main__")

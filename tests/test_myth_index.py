@@ -1,7 +1,6 @@
 """The myth index (notebooks/README.md) and the probes behind it (claims/probes/): each row's verdict is what
 its probe returned on each release's committed report, a verdict that differs between releases names the
 change, every row cites a source line that holds in the installed torch, and points to a section that exists."""
-import ast
 import functools
 import re
 import subprocess
@@ -13,6 +12,7 @@ import pytest
 import torch
 
 from claims.probes import SECTIONS, VERDICTS, VERSIONS, _load, in_torch, report
+from tests.source_imports import imported_modules
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
@@ -42,15 +42,8 @@ def test_the_probes_import_only_torch_and_the_standard_library():
     """So that they run in a bare venv with any torch from 2.1 on (torchvision only where a row is about it)."""
     allowed = set(sys.stdlib_module_names) | {"torch", "torchvision", "claims", "__future__"}
     for name in SECTIONS + ("__init__", "report", "__main__"):
-        tree = ast.parse((REPO / "claims" / "probes" / f"{name}.py").read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                modules = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                modules = [node.module]
-            else:
-                continue
-            assert {m.split(".")[0] for m in modules} <= allowed, f"{name}.py imports {modules}"
+        modules = {m for m in imported_modules(REPO / "claims" / "probes" / f"{name}.py") if not m.startswith(".")}
+        assert {m.split(".")[0] for m in modules} <= allowed, f"{name}.py imports {sorted(modules)}"
 
 
 def test_every_release_has_a_report_of_every_row_without_errors():

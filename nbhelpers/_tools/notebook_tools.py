@@ -17,7 +17,7 @@ from nbhelpers._atomic import write_atomic
 __all__ = ["execute_notebook", "INTERPRETER_NOTICES", "quiet_interpreter_notices", "sanitize_rules",
            "sanitize_outputs", "MissingWidgetState", "widgets_without_state", "build_site"]
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 _WIDGET_DIST = REPO / "node_modules" / "@jupyter-widgets" / "html-manager" / "dist"
 _REQUIRE_JS = REPO / "node_modules" / "requirejs" / "require.js"
 _SANITIZE_CFG = REPO / "tests" / "nbval_sanitize.cfg"

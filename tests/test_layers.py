@@ -1,0 +1,82 @@
+"""The package map in nbhelpers/__init__.py is the truth the code follows: every module is on it with its layer
+and the notebooks that import it, no module imports from a layer it may not use, and no module reaches into
+another's private names."""
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import nbhelpers
+from tests.source_imports import imported_in, imported_modules, private_names_used
+
+PACKAGE = Path(nbhelpers.__file__).parent
+LAYERS = ("foundation", "record", "instrument", "view", "lesson", "exercises", "tooling")
+ROW = re.compile(r"^\| (\S+) +\| (\S+) +\| ([\d -]+?|all) +\| .+\|$")
+ALL = {f"{n:02d}" for n in range(13)}
+
+
+def read_map(doc: str) -> dict[str, tuple[str, set[str]]]:
+    """module -> (layer, notebooks) from the map's table."""
+    rows = {}
+    for line in doc.splitlines():
+        m = ROW.match(line.strip())
+        if m and m.group(1) != "module":
+            rows[m.group(1)] = (m.group(2), ALL if m.group(3) == "all" else set(m.group(3).split()) - {"-"})
+    return rows
+
+
+def modules_in(package: Path) -> dict[str, list[Path]]:
+    """Each top-level module or subpackage of the package -> its files."""
+    found = {p.stem: [p] for p in package.glob("*.py") if p.stem != "__init__"}
+    found |= {d.name: sorted(d.rglob("*.py")) for d in package.iterdir() if (d / "__init__.py").is_file()}
+    return found
+
+
+MAP = read_map(nbhelpers.__doc__)
+MODULES = modules_in(PACKAGE)
+
+
+def test_every_module_is_on_the_map_and_every_row_is_a_module():
+    assert set(MAP) == set(MODULES), {"missing from the map": sorted(set(MODULES) - set(MAP)),
+                                      "on the map, not in the package": sorted(set(MAP) - set(MODULES))}
+    assert {layer for layer, _ in MAP.values()} <= set(LAYERS)
+
+
+def test_a_module_added_without_a_row_fails(tmp_path):
+    """Proven on a copy: the check above, run on a package with one more module, names it."""
+    copy = tmp_path / "nbhelpers"
+    copy.mkdir()
+    for name in MODULES:
+        (copy / f"{name}.py").write_text("")
+    (copy / "newcomer.py").write_text('"""A module nobody mapped."""\n')
+    assert set(modules_in(copy)) - set(MAP) == {"newcomer"}
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_a_module_imports_only_from_the_layers_it_may_use(module):
+    allowed = LAYERS[:LAYERS.index(MAP[module][0]) + 1]
+    if MAP[module][0] == "foundation":
+        allowed = ("foundation",)
+    for path in MODULES[module]:
+        for name in imported_modules(path):
+            parts = name.split(".")
+            if parts[0] == "nbhelpers" and len(parts) > 1 and parts[1] in MAP and parts[1] != module:
+                assert MAP[parts[1]][0] in allowed, f"{path.name} ({MAP[module][0]}) imports {parts[1]} " \
+                                                    f"({MAP[parts[1]][0]})"
+
+
+def test_the_map_names_the_notebooks_that_import_each_module():
+    used: dict[str, set[str]] = {}
+    for path in sorted((PACKAGE.parent / "notebooks").glob("*.ipynb")):
+        code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+        for name in imported_in(code):
+            if name.startswith("nbhelpers."):
+                used.setdefault(name.split(".")[1], set()).add(path.name[:2])
+    assert {m: nbs for m, (_, nbs) in MAP.items() if nbs} == used
+
+
+def test_no_module_imports_another_modules_private_names():
+    taken = {f"{path.relative_to(PACKAGE)}: {name}" for files in MODULES.values() for path in files
+             for name in private_names_used(path, "nbhelpers")}
+    assert not taken
