@@ -10,6 +10,12 @@ Example:
     breaks = compilation.find_breaks(fn, x)          # graphs, and each break's reason and line
     with compilation.watch_compiles() as log:        # graphs compiled, recompile reasons
         ...
+
+Which to use: `find_breaks` is `torch._dynamo.explain` as data (graph count, ops per graph, each break's reason
+and line: what explain sees), and `watch_compiles` counts compiles and recompile reasons around any code.
+`compile_lens.capture` / `capture_calls` is the lens: each break with its official GB code, explanation and hints
+(also the breaks explain cannot see), every compiled entry's guards and the guard each recompile failed, the FX,
+AOTAutograd and kernel views. Both break records name the source line `line`.
 """
 from __future__ import annotations
 
@@ -109,12 +115,13 @@ def render_results(rows: tuple[BackendResult, ...]) -> str:
 
 @dataclass(frozen=True)
 class GraphBreak:
-    """Why Dynamo stopped a graph, and the user line it stopped at."""
+    """Why Dynamo stopped a graph, and the user line it stopped at, as `explain` reports it. Field names mean
+    what they mean in compile_lens's `compile_report.Break`: `line` is the source line in both."""
 
     reason: str             # first line of Dynamo's explanation
     function: str
-    line: int               # line number within the function's file (a notebook cell counts from 1)
-    code: str               # that source line
+    lineno: int             # the line's number within the function's file (a notebook cell counts from 1)
+    line: str               # that source line
 
 
 @dataclass(frozen=True)
@@ -139,8 +146,7 @@ def find_breaks(fn: Callable, *args, **kwargs) -> Breaks:
     found = []
     for b in out.break_reasons:
         frame = b.user_stack[-1]
-        found.append(GraphBreak(b.reason.strip().splitlines()[0], frame.name, frame.lineno,
-                                (frame.line or "").strip()))
+        found.append(GraphBreak(b.reason.strip().splitlines()[0], frame.name, frame.lineno, (frame.line or "").strip()))
     return Breaks(out.graph_count, tuple(found), tuple(len(ops) for ops in out.ops_per_graph))
 
 

@@ -26,6 +26,11 @@ Dynamo is reset before and after, so the caller's compiled functions are not reu
 any other compiled code in the process, as `explain`'s does); the one config patch is undone and the trace
 handler removed on the way out.
 
+Which to use: this lens for codes, guards, recompiles (`capture_calls`: each entry's `failed` guards) and the
+graph views; `compilation.find_breaks` for explain's own figures (graph count, ops per graph) and
+`compilation.watch_compiles` to count compiles around any code. A `Break` and find_breaks' `GraphBreak` name the
+source line `line`; only a `Break` has a `code`, the GB code.
+
 Example:
     report = compile_lens.capture(train_step, x, y)
     [(b.code, b.line, b.count) for b in report.breaks]   # [('GB0008', 'optimizer.zero_grad()', 1), ...]

@@ -68,8 +68,8 @@ def test_find_breaks_names_reason_function_and_line(capsys):
     found = compilation.find_breaks(_noisy, torch.ones(3))
     assert found.graphs == 2 and len(found.breaks) == 1
     b = found.breaks[0]
-    assert (b.reason, b.function, b.code) == ("Failed to trace builtin operator", "_noisy", 'print("side effect")')
-    assert b.line == _noisy.__code__.co_firstlineno + 2
+    assert (b.reason, b.function, b.line) == ("Failed to trace builtin operator", "_noisy", 'print("side effect")')
+    assert b.lineno == _noisy.__code__.co_firstlineno + 2
 
 
 def test_watch_compiles_lists_recompile_reasons_and_the_recompile_limit():

@@ -38,7 +38,7 @@ def _no_graph_break(answer):
         found = call(compilation.find_breaks, answer, x)
         if found.breaks:
             where = found.breaks[0]
-            return f"Dynamo breaks the graph at `{where.code}`: {where.reason}"
+            return f"Dynamo breaks the graph at `{where.line}`: {where.reason}"
     return None
 
 
