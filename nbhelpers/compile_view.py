@@ -24,55 +24,74 @@ def from_report(report: CompileReport) -> GraphData:
     an FX node's line and kernel. A break's panel shows its code, explanation and hints."""
     arguments.require("compile_view.from_report", "report", report, CompileReport,
                       "a CompileReport, such as compile_lens.capture(fn, *args)")
-    keys: list[tuple] = []                              # one per view node, in order
-    nodes: dict[tuple, dict] = {}
-
-    def add(key, label, kind, group, op="", notes=()):
-        keys.append(key)
-        nodes[key] = {"label": label, "kind": kind, "group": (group,), "op": op, "notes": tuple(notes),
-                      "links": set()}
-
-    def link(a, b):                                     # both ways: each lights the other up
-        nodes[a]["links"].add(b)
-        nodes[b]["links"].add(a)
-
+    view = _Linked()
     made = [n.line for g in report.graphs for n in g.nodes] + [b.line for b in report.breaks]
     for line in dict.fromkeys(line for line in made if line):
-        add(("line", line), line, "line", "source")
-    edges = []
+        view.add(("line", line), line, "line", "source")
+    _add_fx_graphs(view, report)
+    _add_breaks(view, report)
+    _add_kernels(view, report)
+    return view.data(title="torch.compile, as built", targets_label="leads to")
+
+
+class _Linked:
+    """View nodes under keys, in the order added, with edges (drawn) and links (lit up together on a click)."""
+
+    def __init__(self):
+        self.nodes: dict[tuple, dict] = {}
+        self.edges: list[tuple[tuple, tuple]] = []
+
+    def add(self, key, label, kind, group, op="", notes=()):
+        self.nodes[key] = {"label": label, "kind": kind, "group": (group,), "op": op, "notes": tuple(notes),
+                           "links": set()}
+
+    def link(self, a, b, drawn: bool = False):          # both ways: each lights the other up
+        self.nodes[a]["links"].add(b)
+        self.nodes[b]["links"].add(a)
+        if drawn:
+            self.edges.append((a, b))
+
+    def data(self, **labels) -> GraphData:
+        index = {key: i for i, key in enumerate(self.nodes)}
+        view_nodes = tuple(ViewNode(v["label"], v["kind"], v["group"], op=v["op"], notes=v["notes"],
+                                    links=tuple(sorted(index[k] for k in v["links"])))
+                           for v in self.nodes.values())
+        return GraphData(view_nodes, tuple(dict.fromkeys((index[a], index[b]) for a, b in self.edges)), **labels)
+
+
+def _add_fx_graphs(view: _Linked, report: CompileReport) -> None:
     for k, graph in enumerate(report.graphs):
         for n in graph.nodes:
-            add((k, n.name), f"{n.name}: {n.target}" if n.op == "call_function" else n.name, "op",
-                f"graph {k} (entry {graph.entry})", f"{n.op} {n.shape}".strip(),
-                [("module", n.module)] if n.module else ())
+            view.add((k, n.name), f"{n.name}: {n.target}" if n.op == "call_function" else n.name, "op",
+                     f"graph {k} (entry {graph.entry})", f"{n.op} {n.shape}".strip(),
+                     [("module", n.module)] if n.module else ())
             if n.line:
-                edges.append((("line", n.line), (k, n.name)))
-                link(("line", n.line), (k, n.name))
+                view.link(("line", n.line), (k, n.name), drawn=True)
+
+
+def _add_breaks(view: _Linked, report: CompileReport) -> None:
     for b in report.breaks:
         key = ("break", b.code, b.line)
-        add(key, f"break {b.code}: {b.line}", "break", "breaks", f"{b.gb_type} (x{b.count})",
-            [("code", b.code), ("explanation", b.explanation), *(("hint", h) for h in b.hints),
-             *([("inside", b.where)] if b.where else []),
-             ("explain lists it", "yes" if b.in_explain else "no: the graph before it was empty")])
-        if ("line", b.line) in nodes:
-            link(key, ("line", b.line))
-        edges += _between(report, b.entry, key)
+        view.add(key, f"break {b.code}: {b.line}", "break", "breaks", f"{b.gb_type} (x{b.count})",
+                 [("code", b.code), ("explanation", b.explanation), *(("hint", h) for h in b.hints),
+                  *([("inside", b.where)] if b.where else []),
+                  ("explain lists it", "yes" if b.in_explain else "no: the graph before it was empty")])
+        if ("line", b.line) in view.nodes:
+            view.link(key, ("line", b.line))
+        view.edges += _between(report, b.entry, key)
+
+
+def _add_kernels(view: _Linked, report: CompileReport) -> None:
     for kernel in report.kernels:
         key = ("kernel", kernel.name)
-        add(key, kernel.name, "kernel", "kernels", "inductor kernel",
-            [("fuses", ", ".join(kernel.fx_nodes)), ("source", "\n".join(kernel.source.strip().splitlines()[:60]))])
+        view.add(key, kernel.name, "kernel", "kernels", "inductor kernel",
+                 [("fuses", ", ".join(kernel.fx_nodes)),
+                  ("source", "\n".join(kernel.source.strip().splitlines()[:60]))])
         for name in kernel.fx_nodes:
-            edges.append(((0, name), key))
-            link((0, name), key)
+            view.link((0, name), key, drawn=True)
             line = next(n.line for n in report.graphs[0].nodes if n.name == name)
             if line:
-                link(key, ("line", line))
-    index = {key: i for i, key in enumerate(keys)}
-    view_nodes = tuple(ViewNode(v["label"], v["kind"], v["group"], op=v["op"], notes=v["notes"],
-                                links=tuple(sorted(index[k] for k in v["links"])))
-                       for v in (nodes[key] for key in keys))
-    return GraphData(view_nodes, tuple(dict.fromkeys((index[a], index[b]) for a, b in edges)),
-                     title="torch.compile, as built", targets_label="leads to")
+                view.link(key, ("line", line))
 
 
 def _between(report: CompileReport, entry: str, key: tuple) -> list:

@@ -45,8 +45,9 @@ def profile_backward(rank: int, world_size: int, bucket_cap_mb: float | None, st
 
     bucket_cap_mb=None is DDP's default: 25 MiB buckets, but the first one capped at 1 MiB
     (dist._DEFAULT_FIRST_BUCKET_BYTES); a cap passed explicitly applies to the first bucket too."""
-    if steps < 1:
-        raise ValueError(f"steps must be at least 1 (the last one is recorded), got {steps}")
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"ddp_timeline.profile_backward: `steps` must be an int of at least 1 (the last step is "
+                         f"the one recorded); got {steps!r}")
     torch.manual_seed(0)
     torch.set_num_threads(1)                               # two ranks share the machine's cores
     model = nn.Sequential(nn.Linear(784, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(),
@@ -54,19 +55,8 @@ def profile_backward(rank: int, world_size: int, bucket_cap_mb: float | None, st
     ddp = DDP(model, bucket_cap_mb=bucket_cap_mb)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
     x, y = torch.rand(64, 784), torch.randint(0, 10, (64,))
-    sent: list[tuple[int, int, float, float]] = []
-
-    def timed_allreduce(state, bucket):
-        start = time.perf_counter()
-
-        def finished(future):
-            sent.append((bucket.index(), bucket.buffer().numel() * bucket.buffer().element_size(), start,
-                         time.perf_counter()))
-            return future.value()
-
-        return default_hooks.allreduce_hook(state, bucket).then(finished)
-
-    ddp.register_comm_hook(None, timed_allreduce)
+    sent: list[tuple[int, int, float, float]] = []         # (bucket, bytes, launched, completed) per all-reduce
+    ddp.register_comm_hook(None, _timed_allreduce(sent))
     for step in range(steps):
         optimizer.zero_grad(set_to_none=True)
         loss = F.cross_entropy(ddp(x), y)
@@ -75,24 +65,51 @@ def profile_backward(rank: int, world_size: int, bucket_cap_mb: float | None, st
         if step < steps - 1:
             loss.backward()
         else:
-            with stderr_capture.without_kineto_lines(), \
-                    torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-                with torch.profiler.record_function("backward"):
-                    began = time.perf_counter()
-                    loss.backward()
-                    ended = time.perf_counter()
+            prof, began, ended = _profiled_backward(loss)
         optimizer.step()
+    parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    return RankTimeline(rank, _backward_ops(prof), _allreduces(sent, began), (ended - began) * 1e3, parameter_bytes)
+
+
+def _timed_allreduce(sent: list):
+    """A comm hook that all-reduces as DDP's default does, and appends each bucket's launch and completion."""
+    def hook(state, bucket):
+        start = time.perf_counter()
+
+        def finished(future):
+            sent.append((bucket.index(), bucket.buffer().numel() * bucket.buffer().element_size(), start,
+                         time.perf_counter()))
+            return future.value()
+
+        return default_hooks.allreduce_hook(state, bucket).then(finished)
+    return hook
+
+
+def _profiled_backward(loss: torch.Tensor):
+    """loss.backward() under the profiler, inside a "backward" range; (profile, start, end) in perf_counter s."""
+    with stderr_capture.without_kineto_lines(), \
+            torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        with torch.profiler.record_function("backward"):
+            began = time.perf_counter()
+            loss.backward()
+            ended = time.perf_counter()
+    return prof, began, ended
+
+
+def _backward_ops(prof) -> tuple[tuple[str, float, float], ...]:
+    """Each backward node the engine ran, but AccumulateGrad, as (name, start, end) in ms from the range's start."""
     events = prof.events()
     (marker,) = [e for e in events if e.name == "backward"]
     zero = marker.time_range.start
     ops = [(e.name.split(": ", 1)[1], e.time_range) for e in events
            if e.name.startswith("autograd::engine::evaluate_function: ")]
-    compute = tuple(sorted((name, (span.start - zero) / 1e3, (span.end - zero) / 1e3) for name, span in ops
-                           if name != "torch::autograd::AccumulateGrad"))
-    allreduce = tuple(sorted((index, nbytes, (start - began) * 1e3, (end - began) * 1e3)
-                             for index, nbytes, start, end in sent))
-    parameter_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    return RankTimeline(rank, compute, allreduce, (ended - began) * 1e3, parameter_bytes)
+    return tuple(sorted((name, (span.start - zero) / 1e3, (span.end - zero) / 1e3) for name, span in ops
+                        if name != "torch::autograd::AccumulateGrad"))
+
+
+def _allreduces(sent: list, began: float) -> tuple[tuple[int, int, float, float], ...]:
+    return tuple(sorted((index, nbytes, (start - began) * 1e3, (end - began) * 1e3)
+                        for index, nbytes, start, end in sent))
 
 
 def overlap(timeline: RankTimeline) -> float:

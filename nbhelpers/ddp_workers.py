@@ -194,27 +194,33 @@ def compile_orders(rank: int, world_size: int, backend: str = "aot_eager") -> di
     try:
         for name in ("DDP(compile(model))", "compile(DDP(model))", "compile(DDP(nn.Sequential))"):
             breaks_before, splits_before = dict(counters["graph_break"]), len(splits)
-            torch.manual_seed(0)
-            model = models.mlp() if "Sequential" not in name else \
-                nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-            x, y = _shard(*digit_batch(), rank, world_size)
-            with compilation.watch_compiles() as log:    # resets Dynamo, holds back its log lines
-                wrapped = DDP(torch.compile(model, backend=backend)) if name.startswith("DDP") else \
-                    torch.compile(DDP(model), backend=backend)
-                for _ in range(3):
-                    optimizer.zero_grad(set_to_none=True)
-                    F.cross_entropy(wrapped(x), y).backward()
-                    optimizer.step()
+            graphs, digest = _train_compiled(name, rank, world_size, backend)
             digests = [None] * world_size
-            dist.all_gather_object(digests, _digest(model))
+            dist.all_gather_object(digests, digest)
             reasons = sorted({k.splitlines()[0] for k, v in counters["graph_break"].items()
                               if v > breaks_before.get(k, 0)})
-            report[name] = {"graphs": log.graphs, "breaks": reasons, "ddp_optimizer": len(splits) - splits_before,
+            report[name] = {"graphs": graphs, "breaks": reasons, "ddp_optimizer": len(splits) - splits_before,
                             "ranks_agree": len(set(digests)) == 1}
     finally:
         DDPOptimizer.compile_fn = original
     return report
+
+
+def _train_compiled(name: str, rank: int, world_size: int, backend: str) -> tuple[int, str]:
+    """3 steps of the set-up `name` ("DDP(compile(model))", ...); the graphs Dynamo compiled, the weights' digest."""
+    torch.manual_seed(0)
+    model = models.mlp() if "Sequential" not in name else \
+        nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = _shard(*digit_batch(), rank, world_size)
+    with compilation.watch_compiles() as log:            # resets Dynamo, holds back its log lines
+        wrapped = DDP(torch.compile(model, backend=backend)) if name.startswith("DDP") else \
+            torch.compile(DDP(model), backend=backend)
+        for _ in range(3):
+            optimizer.zero_grad(set_to_none=True)
+            F.cross_entropy(wrapped(x), y).backward()
+            optimizer.step()
+    return log.graphs, _digest(model)
 
 
 def _three_steps(wrap, rank, skip_dropout=False) -> str:

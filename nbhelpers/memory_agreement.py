@@ -63,10 +63,21 @@ def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
         with memory.track() as ours, _accumulation_times(model, ours) as accumulated_at:
             step()
     peak = _categories_at_peak(ours, model, accumulated_at)
-    earlier = defaultdict(int)                      # made before, first returned as a view in this phase
-    for key, (nbytes, phase) in ours.earlier.items():
-        if key not in before["keys"]:
+    return _rows(mt, peak, before, _earlier_by_phase(ours, before["keys"]), ours.peak_bytes)
+
+
+def _earlier_by_phase(tracker: memory.Tracker, held: set[int]) -> dict[str, int]:
+    """Bytes of storages made before the block, not held by the model or optimizer, that an op of each phase
+    returned a view of (so MemTracker counts them, and `track` does not)."""
+    earlier: dict[str, int] = defaultdict(int)
+    for key, (nbytes, phase) in tracker.earlier.items():
+        if key not in held:
             earlier[phase] += nbytes
+    return earlier
+
+
+def _rows(mt: dict[str, int], peak: dict[str, int], before: dict, earlier: dict[str, int],
+          peak_bytes: int) -> tuple[Agreement, ...]:
     return (
         Agreement("Parameter", mt["Parameter"], 0, before["Parameter"], "the parameters, held from before the block"),
         Agreement("Buffer", mt["Buffer"], 0, before["Buffer"], "the buffers, held from before the block"),
@@ -79,7 +90,7 @@ def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
         Agreement("Gradient + Temp", mt["Gradient"] + mt["Temp"],
                   peak.get("gradients", 0) + peak.get("backward temporaries", 0), earlier["backward"],
                   "tensors from before the block that backward returned a view of"),
-        Agreement("Total", mt["Total"], ours.peak_bytes,
+        Agreement("Total", mt["Total"], peak_bytes,
                   sum(before[k] for k in ("Parameter", "Buffer", "Optstate")) + sum(earlier.values()),
                   "the rows above"),
     )

@@ -234,16 +234,7 @@ def regime(make, sizes: tuple[int, int], device: torch.device | str | None = Non
     computation neither ceiling measures: "compute-bound (not matmul)" (a sort, erfinv, sin, exp).
     `make(size)` returns the call to time; `counted(size)`, if given, returns its Work (for compiled code, whose
     kernels no dispatch mode sees)."""
-    arguments.require_callable("profiling.regime", "make", make,
-                               "a function of a size that returns the call to time, such as lambda n: (lambda: f(n))")
-    if not (isinstance(sizes, (tuple, list)) and len(sizes) == 2 and all(isinstance(s, int) for s in sizes)
-            and sizes[0] < sizes[1]):
-        raise ValueError(f"profiling.regime: `sizes` must be two increasing integer sizes, such as (1, 16); got "
-                         f"{arguments.given(sizes)}")
-    calls = [make(size) for size in sizes]
-    if not all(callable(c) for c in calls):
-        raise TypeError("profiling.regime: `make` must return the call to time (a function of no arguments) for each "
-                        f"size; make({sizes[0]}) returned {arguments.given(calls[0])}")
+    calls = _regime_calls(make, sizes)
     try:
         works = tuple(counted(size) if counted else work(call) for size, call in zip(sizes, calls))
         seconds = tuple(median_seconds(call, 0.2) for call in calls)
@@ -260,11 +251,29 @@ def regime(make, sizes: tuple[int, int], device: torch.device | str | None = Non
     peaks = peaks or machine_peaks(device)
     compute = works[0].flops / seconds[0] / peaks.flops_per_s
     bandwidth = works[0].bytes_moved / seconds[0] / peaks.bytes_per_s
-    growth, scales = _growth(works), _scales(works, seconds)
-    verdict = _verdict(compute, bandwidth, scales)
-    flops = f"FLOPs x{works[1].flops / works[0].flops:.1f}" if works[0].flops else "no FLOPs counted"
+    scales = _scales(works, seconds)
     evidence = (f"at size {sizes[0]}: {compute:.0%} of the matmul FLOP/s, {bandwidth:.0%} of the copy bandwidth; "
-                f"to size {sizes[1]}: {flops}, bytes x{works[1].bytes_moved / works[0].bytes_moved:.1f}, "
-                f"time x{seconds[1] / seconds[0]:.1f}: "
-                f"{'grows with' if scales else 'far slower than'} the work (x{growth:.1f})")
-    return Regime(verdict, tuple(sizes), seconds, works, compute, bandwidth, evidence)
+                f"{_growth_evidence(sizes, works, seconds, scales)}")
+    return Regime(_verdict(compute, bandwidth, scales), tuple(sizes), seconds, works, compute, bandwidth, evidence)
+
+
+def _regime_calls(make, sizes) -> list:
+    """`make(size)` for both sizes, after checking what `regime` was given."""
+    arguments.require_callable("profiling.regime", "make", make,
+                               "a function of a size that returns the call to time, such as lambda n: (lambda: f(n))")
+    if not (isinstance(sizes, (tuple, list)) and len(sizes) == 2 and all(isinstance(s, int) for s in sizes)
+            and sizes[0] < sizes[1]):
+        raise ValueError(f"profiling.regime: `sizes` must be two increasing integer sizes, such as (1, 16); got "
+                         f"{arguments.given(sizes)}")
+    calls = [make(size) for size in sizes]
+    if not all(callable(c) for c in calls):
+        raise TypeError("profiling.regime: `make` must return the call to time (a function of no arguments) for each "
+                        f"size; make({sizes[0]}) returned {arguments.given(calls[0])}")
+    return calls
+
+
+def _growth_evidence(sizes, works, seconds, scales: bool) -> str:
+    flops = f"FLOPs x{works[1].flops / works[0].flops:.1f}" if works[0].flops else "no FLOPs counted"
+    return (f"to size {sizes[1]}: {flops}, bytes x{works[1].bytes_moved / works[0].bytes_moved:.1f}, "
+            f"time x{seconds[1] / seconds[0]:.1f}: "
+            f"{'grows with' if scales else 'far slower than'} the work (x{_growth(works):.1f})")

@@ -33,5 +33,5 @@ def test_one_bucket_is_sent_after_the_last_gradient():
 
 
 def test_no_step_is_refused_before_any_process_group_is_needed():
-    with pytest.raises(ValueError, match="steps must be at least 1"):
+    with pytest.raises(ValueError, match="`steps` must be an int of at least 1"):
         ddp_timeline.profile_backward(0, 1, None, steps=0)

@@ -80,3 +80,13 @@ def test_no_module_imports_another_modules_private_names():
     taken = {f"{path.relative_to(PACKAGE)}: {name}" for files in MODULES.values() for path in files
              for name in private_names_used(path, "nbhelpers")}
     assert not taken
+
+
+def test_no_function_is_longer_than_40_lines():
+    """House style: short functions, each doing one thing (a docstring counts: it is part of reading one)."""
+    import ast
+
+    long = [f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for files in MODULES.values() for path in files for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 40]
+    assert not long
