@@ -21,6 +21,8 @@ Example:
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import html
 import itertools
 import json
@@ -31,12 +33,24 @@ from nbhelpers import arguments, graph_layout
 from nbhelpers.autograd_graph import Graph
 from nbhelpers.module_scope import OUTSIDE
 
-__all__ = ["ViewNode", "GraphData", "from_autograd", "views", "first_depth", "details", "render_svg", "show",
-           "show_diff", "MAX_BOXES"]                 # View is what views() returns
+__all__ = ["SavedRow", "ViewNode", "GraphData", "from_autograd", "views", "first_depth", "details", "render_svg",
+           "show", "show_diff", "MAX_BOXES"]        # View (of Boxes and Routes) is what views() returns
 
 MAX_BOXES = 300          # the first view is the deepest with at most this many boxes
 MAX_DRAWN = 8000         # views with more boxes are not laid out
 _ESM = Path(__file__).with_name("graph_view.js")
+
+
+@dataclass(frozen=True)
+class SavedRow:
+    """One tensor a node keeps for backward, as the panel shows it."""
+
+    attr: str                                  # e.g. "_saved_mat1"
+    shape: tuple[int, ...]
+    dtype: str                                 # "float32"; for a hook's packed object, its type name
+    nbytes: int
+    storage: int                               # a small id, equal for tensors sharing memory; -1: no tensor held
+    version: int
 
 
 @dataclass(frozen=True)
@@ -45,7 +59,7 @@ class ViewNode:
     kind: str                                  # "op", "leaf" (writes a .grad), "saves" (keeps tensors), and for
                                                # other graphs "input", "line" (of source), "break", "kernel"
     group: tuple[str, ...] = ()                # the modules running when it was made, outermost first
-    saved: tuple[tuple, ...] = ()              # (attr, shape, dtype, bytes, storage id, version) each
+    saved: tuple[SavedRow, ...] = ()
     op: str = ""                               # for a leaf, the node's op (its title is the parameter)
     mark: str = ""                             # in a diff: "added", "removed" or "changed"
     links: tuple[int, ...] = ()                # the nodes a click on it lights up (what it became, or came from)
@@ -53,11 +67,11 @@ class ViewNode:
 
     @property
     def saved_bytes(self) -> int:
-        return sum(s[3] for s in self.saved)
+        return sum(s.nbytes for s in self.saved)
 
     @property
     def storages(self) -> tuple[int, ...]:     # small ids in first-seen order; equal ids share memory
-        return tuple(s[4] for s in self.saved if s[4] >= 0)
+        return tuple(s.storage for s in self.saved if s.storage >= 0)
 
 
 @dataclass(frozen=True)
@@ -70,12 +84,37 @@ class GraphData:
 
 
 @dataclass(frozen=True)
+class Box:
+    """A node, or a module collapsed into one box, placed."""
+
+    key: str                                   # "n:5" is node 5, "g:A.b" the module A.b collapsed
+    label: str
+    kind: str                                  # a node's kind, or "group"
+    members: tuple[int, ...]                   # the nodes it holds
+    nbytes: int                                # what they save for backward
+    mark: str
+    x: float
+    y: float
+    w: float
+    h: float
+
+
+@dataclass(frozen=True)
+class Route:
+    """An edge between two boxes, as drawn: its polyline's points."""
+
+    src: int                                   # box indices
+    dst: int
+    points: tuple[tuple[float, float], ...]
+
+
+@dataclass(frozen=True)
 class View:
     """One depth: boxes (a node, or a collapsed module) with their places, and edges between them."""
 
     depth: int
-    boxes: tuple[dict, ...]                    # key, label, kind, members, bytes, x, y, w, h
-    edges: tuple[dict, ...]                    # from, to (box indices), points
+    boxes: tuple[Box, ...]
+    edges: tuple[Route, ...]
     width: float
     height: float
 
@@ -87,9 +126,9 @@ def from_autograd(graph: Graph) -> GraphData:
     storage_ids: dict[int, int] = {}
     nodes = []
     for n in graph.nodes:
-        saved = tuple((s.attr, s.shape, str(s.dtype).replace("torch.", ""), s.nbytes,
-                       storage_ids.setdefault(s.storage_ptr, len(storage_ids)), s.version) if not s.packed
-                      else (s.attr, (), s.packed, 0, -1, 0) for s in n.saved)   # a hook's object: no storage
+        saved = tuple(SavedRow(s.attr, s.shape, str(s.dtype).replace("torch.", ""), s.nbytes,
+                               storage_ids.setdefault(s.storage_ptr, len(storage_ids)), s.version) if not s.packed
+                      else SavedRow(s.attr, (), s.packed, 0, -1, 0) for s in n.saved)   # a hook's object: no storage
         group = n.modules
         kind = "leaf" if n.is_leaf else "saves" if n.saved else "op"
         nodes.append(ViewNode(n.label, kind, group, saved, n.name if n.is_leaf else "",
@@ -104,9 +143,10 @@ def details(data: GraphData, node: int) -> tuple[tuple[str, str], ...]:
     n = data.nodes[node]
     rows = [("op", n.op)] if n.op else []
     rows.append(("module", n.group[-1] if n.group else OUTSIDE))
-    rows += [("saved", f"{attr} [{', '.join(map(str, shape))}] {dtype} {nbytes:,} B storage #{sid} version {v}"
-              if sid >= 0 else f"{attr} packed by a saved-tensor hook as {dtype}: no tensor held")
-             for attr, shape, dtype, nbytes, sid, v in n.saved]
+    rows += [("saved", f"{s.attr} [{', '.join(map(str, s.shape))}] {s.dtype} {s.nbytes:,} B storage #{s.storage} "
+                       f"version {s.version}"
+              if s.storage >= 0 else f"{s.attr} packed by a saved-tensor hook as {s.dtype}: no tensor held")
+             for s in n.saved]
     labels = [data.nodes[t].label for t in _targets(data)[node]]
     rows.append((data.targets_label, ", ".join(labels) if labels else "none"))
     if n.mark:
@@ -130,6 +170,10 @@ def views(data: GraphData) -> tuple[View, ...]:
     at most MAX_DRAWN boxes: a deeper one (a graph of tens of thousands of nodes) is not laid out, since
     no browser draws it usefully; search and the shallower views still reach every node."""
     check(data)
+    return _laid_out(data)
+
+
+def _laid_out(data: GraphData) -> tuple[View, ...]:
     deepest = max((len(n.group) for n in data.nodes), default=0)
     # stop at the first depth that is too big: view i must be depth i (the widget indexes views by depth)
     depths = itertools.takewhile(lambda d: d == 0 or _box_count(data, d) <= MAX_DRAWN, range(deepest + 1))
@@ -141,27 +185,26 @@ def _box_count(data: GraphData, depth: int) -> int:
 
 
 def _view(data: GraphData, depth: int) -> View:
-    keys, boxes, box_of = {}, [], []
+    members: dict[str, list[int]] = {}                 # box key -> its nodes, boxes in first-seen order
     for i, n in enumerate(data.nodes):
-        key = f"g:{n.group[depth]}" if len(n.group) > depth else f"n:{i}"
-        if key not in keys:
-            keys[key] = len(boxes)
-            label = _relative(n.group[depth], n.group[depth - 1] if depth else "") if key[0] == "g" else n.label
-            boxes.append({"key": key, "members": [], "bytes": 0, "label": label,
-                          "kind": "group" if key[0] == "g" else n.kind})
-        box = boxes[keys[key]]
-        box["members"].append(i)
-        box["bytes"] += n.saved_bytes
-        box["mark"] = box.get("mark") or n.mark
-        box_of.append(keys[key])
+        members.setdefault(f"g:{n.group[depth]}" if len(n.group) > depth else f"n:{i}", []).append(i)
+    box_of = {i: b for b, nodes in enumerate(members.values()) for i in nodes}
     pairs = sorted({(box_of[s], box_of[d]) for s, d in data.edges if box_of[s] != box_of[d]})
-    widths = [min(260.0, 16 + 6.6 * len(_shown_label(b))) for b in boxes]
-    drawing = graph_layout.layout(len(boxes), pairs, widths)
-    for b, (x, y, w, h) in zip(boxes, drawing.boxes):
-        b.update(x=x, y=y, w=w, h=h)
-    edges = tuple({"from": s, "to": d, "points": [list(p) for p in route]}
-                  for (s, d), route in zip(pairs, drawing.routes))
-    return View(depth, tuple(boxes), edges, drawing.width, drawing.height)
+    unplaced = [_box(data, key, nodes, depth) for key, nodes in members.items()]
+    drawing = graph_layout.layout(len(unplaced), pairs, [min(260.0, 16 + 6.6 * len(_shown_label(b))) for b in unplaced])
+    boxes = tuple(dataclasses.replace(b, x=x, y=y, w=w, h=h) for b, (x, y, w, h) in zip(unplaced, drawing.boxes))
+    edges = tuple(Route(s, d, tuple(tuple(p) for p in route)) for (s, d), route in zip(pairs, drawing.routes))
+    return View(depth, boxes, edges, drawing.width, drawing.height)
+
+
+def _box(data: GraphData, key: str, nodes: list[int], depth: int) -> Box:
+    """The box `key` holds `nodes`, not yet placed."""
+    first = data.nodes[nodes[0]]
+    grouped = key.startswith("g:")
+    label = _relative(first.group[depth], first.group[depth - 1] if depth else "") if grouped else first.label
+    mark = next((data.nodes[i].mark for i in nodes if data.nodes[i].mark), "")
+    return Box(key, label, "group" if grouped else first.kind, tuple(nodes),
+               sum(data.nodes[i].saved_bytes for i in nodes), mark, 0.0, 0.0, 0.0, 0.0)
 
 
 def _relative(path: str, parent: str) -> str:
@@ -169,8 +212,8 @@ def _relative(path: str, parent: str) -> str:
     return path[len(parent) + 1:] if parent and path.startswith(parent + ".") else path
 
 
-def _shown_label(box: dict) -> str:
-    return f"{box['label']} ({len(box['members'])})" if box["kind"] == "group" else box["label"]
+def _shown_label(box: Box) -> str:
+    return f"{box.label} ({len(box.members)})" if box.kind == "group" else box.label
 
 
 def first_depth(all_views: tuple[View, ...]) -> int:
@@ -188,15 +231,15 @@ def render_svg(view: View, selected: int | None = None) -> str:
              '<defs><marker id="gv-arrow" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="6" '
              'markerHeight="6" orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="#777"/></marker></defs>']
     for e in view.edges:
-        points = " ".join(f"{x:.1f},{y:.1f}" for x, y in e["points"])
+        points = " ".join(f"{x:.1f},{y:.1f}" for x, y in e.points)
         parts.append(f'<polyline points="{points}" fill="none" stroke="#999" marker-end="url(#gv-arrow)"/>')
     for b in view.boxes:
-        chosen = selected is not None and selected in b["members"]
+        chosen = selected is not None and selected in b.members
         stroke = ('stroke="#c00" stroke-width="3"' if chosen else
-                  f'stroke="{_MARK[b["mark"]]}" stroke-width="3"' if b.get("mark") else 'stroke="#555"')
-        parts.append(f'<g><rect x="{b["x"]:.1f}" y="{b["y"]:.1f}" width="{b["w"]:.1f}" height="{b["h"]:.1f}" '
-                     f'rx="5" fill="{_FILL[b["kind"]]}" {stroke}/><text x="{b["x"] + b["w"] / 2:.1f}" '
-                     f'y="{b["y"] + b["h"] / 2 + 4:.1f}" text-anchor="middle">'
+                  f'stroke="{_MARK[b.mark]}" stroke-width="3"' if b.mark else 'stroke="#555"')
+        parts.append(f'<g><rect x="{b.x:.1f}" y="{b.y:.1f}" width="{b.w:.1f}" height="{b.h:.1f}" '
+                     f'rx="5" fill="{_FILL[b.kind]}" {stroke}/><text x="{b.x + b.w / 2:.1f}" '
+                     f'y="{b.y + b.h / 2 + 4:.1f}" text-anchor="middle">'
                      f'{html.escape(_shown_label(b))}</text></g>')
     parts.append("</svg>")
     return "".join(parts)
@@ -224,14 +267,15 @@ def _state(data: GraphData, laid_out: tuple | None = None) -> dict:
                 entries.append([n.group[k], chains[n.group[:k]] if k else -1])
     return {"modules": entries,
             "nodes": [[n.label, n.kind, chains[n.group] if n.group else -1,
-                       [[a.removeprefix("_saved_"), list(sh), dt, b, i, v] for a, sh, dt, b, i, v in n.saved],
+                       [[s.attr.removeprefix("_saved_"), list(s.shape), s.dtype, s.nbytes, s.storage, s.version]
+                        for s in n.saved],
                        targets, n.op, n.mark, list(n.links), [list(r) for r in n.notes]]
                       for n, targets in zip(data.nodes, _targets(data))],
             "order": list(data.order), "first": first_depth(all_views), "title": data.title,
             "targets_label": data.targets_label,
             "box_h": graph_layout.BOX_H, "layer_gap": graph_layout.LAYER_GAP,   # the same for every box
-            "views": [{"boxes": [[b["key"], _num(b["x"]), _num(b["y"]), _num(b["w"])] for b in v.boxes],
-                       "edges": [[e["from"], e["to"], *(_num(x) for x, _ in e["points"][1:-1:2])] for e in v.edges],
+            "views": [{"boxes": [[b.key, _num(b.x), _num(b.y), _num(b.w)] for b in v.boxes],
+                       "edges": [[e.src, e.dst, *(_num(x) for x, _ in e.points[1:-1:2])] for e in v.edges],
                        "width": _num(v.width), "height": _num(v.height)} for v in all_views]}
 
 
@@ -247,7 +291,7 @@ def show(data: GraphData, selected: int | None = None):
     check(data, "graph_view.show", "data")
     if selected is not None:
         _check_node("graph_view.show", "selected", selected, len(data.nodes))
-    laid_out = views(data)
+    laid_out = _laid_out(data)
     widget = _widget_class()(graph=_text(data, laid_out), selected=-1 if selected is None else selected)
     widget._views = (laid_out,)
     return widget
@@ -279,7 +323,9 @@ def _text(data: GraphData, laid_out: tuple) -> str:
     return json.dumps(_state(data, laid_out), sort_keys=True, separators=(",", ":"))
 
 
+@functools.cache
 def _widget_class():
+    """The one widget class, made on first use (importing anywidget is left until a widget is needed)."""
     import anywidget
     import traitlets
 

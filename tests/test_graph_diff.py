@@ -2,7 +2,7 @@
 import pytest
 
 from nbhelpers import graph_diff
-from nbhelpers.graph_view import GraphData, ViewNode
+from nbhelpers.graph_view import GraphData, SavedRow, ViewNode
 
 
 def _graph(*nodes):
@@ -10,7 +10,7 @@ def _graph(*nodes):
 
 
 def test_marks_added_removed_and_changed_nodes():
-    saved = lambda n: (("_saved_self", (n,), "float32", 4 * n, 0, 0),)   # noqa: E731
+    saved = lambda n: (SavedRow("_saved_self", (n,), "float32", 4 * n, 0, 0),)   # noqa: E731
     a = _graph(ViewNode("Sum", "op"), ViewNode("Mul", "saves", ("M",), saved(8)), ViewNode("Relu", "op", ("M",)))
     b = _graph(ViewNode("Sum", "op"), ViewNode("Mul", "saves", ("M",), saved(2)), ViewNode("Tanh", "op", ("M",)))
     d = graph_diff.diff(a, b)

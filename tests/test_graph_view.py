@@ -62,8 +62,8 @@ def _check_drawing(boxes, edges):
 @pytest.mark.parametrize("make", [_cnn, _resnet18], ids=["cnn", "resnet18"])
 def test_no_overlap_and_no_edge_through_a_box_at_every_depth(make):
     for view in graph_view.views(make()):
-        boxes = [(b["x"], b["y"], b["w"], b["h"]) for b in view.boxes]
-        _check_drawing(boxes, [(e["from"], e["to"], e["points"]) for e in view.edges])
+        boxes = [(b.x, b.y, b.w, b.h) for b in view.boxes]
+        _check_drawing(boxes, [(e.src, e.dst, e.points) for e in view.edges])
 
 
 def test_the_same_graph_gives_byte_identical_svg():
@@ -77,14 +77,14 @@ def test_collapsed_boxes_follow_the_module_tree():
     all_views = graph_view.views(data)
     for view in all_views:
         for box in view.boxes:
-            if box["kind"] == "group":
-                module = box["key"][2:]
-                expected = [i for i, n in enumerate(data.nodes) if module in n.group]
-                assert box["members"] == expected
+            if box.kind == "group":
+                module = box.key[2:]
+                expected = tuple(i for i, n in enumerate(data.nodes) if module in n.group)
+                assert box.members == expected
                 assert all(n.group.index(module) == view.depth for n in (data.nodes[i] for i in expected))
-                assert box["bytes"] == sum(data.nodes[i].saved_bytes for i in expected)
+                assert box.nbytes == sum(data.nodes[i].saved_bytes for i in expected)
     assert len(all_views[-1].boxes) == len(data.nodes)                 # the deepest view shows every node
-    labels = {b["key"]: b["label"] for b in all_views[2].boxes if b["kind"] == "group"}
+    labels = {b.key: b.label for b in all_views[2].boxes if b.kind == "group"}
     assert labels["g:ResNet.layer1.0"] == "0" and labels["g:ResNet.layer2.1"] == "1"   # below layer1, layer2
     first = graph_view.first_depth(all_views)
     assert len(all_views[first].boxes) <= graph_view.MAX_BOXES
@@ -197,8 +197,8 @@ def test_the_compact_state_gives_back_every_drawn_edge():
     for view, packed in zip(graph_view.views(data), state["views"]):
         for drawn, edge in zip(view.edges, packed["edges"]):
             decoded = _decoded_route(packed, edge, state["box_h"], state["layer_gap"])
-            assert len(decoded) == len(drawn["points"])
-            assert all(abs(a - c) <= 1 and abs(b - e) <= 1 for (a, b), (c, e) in zip(decoded, drawn["points"]))
+            assert len(decoded) == len(drawn.points)
+            assert all(abs(a - c) <= 1 and abs(b - e) <= 1 for (a, b), (c, e) in zip(decoded, drawn.points))
 
 
 def test_a_shared_submodule_keeps_each_nodes_own_chain_in_the_state():
