@@ -1,10 +1,14 @@
-"""Worker functions for `distributed.launch`, one per DDP lesson. Each runs on one rank inside an
-initialised process group, as `worker(rank, world_size, *args)`, and returns plain data or tensors.
+"""Worker functions for `distributed.launch`, and the pieces notebook 07's own workers build on. Each worker
+runs on one rank inside an initialised process group, as `worker(rank, world_size, *args)`, and returns plain
+data or tensors.
 
-They live in a module, not in a notebook, because spawned processes import the function they run.
+They live in a module, not in a notebook, because spawned processes import the function they run. The two
+workers at the heart of 07 (DDP's gradients, and no_sync with a comm hook) are written by the notebook itself,
+with %%writefile, so a learner reads the DDP code the ranks run; they use `seeded_mlp`, `shard`, `digit_batch`
+and `gradients` from here.
 
 Example:
-    results = distributed.launch(ddp_workers.gradient_equivalence, 2, 0)   # seed 0
+    results = distributed.launch(ddp_workers.all_reduce_by_hand, 2)
 """
 from __future__ import annotations
 
@@ -16,16 +20,14 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from nbhelpers import compilation, data, models, training
 from nbhelpers._atomic import write_atomic
 
-__all__ = ["all_reduce_by_hand", "fails_on", "waits_for_a_stuck_rank", "digit_batch", "gradient_equivalence",
-           "accumulate_with_no_sync",
-           "train_digits", "unused_parameters", "TwoHeads", "compile_orders"]
+__all__ = ["all_reduce_by_hand", "fails_on", "waits_for_a_stuck_rank", "digit_batch", "seeded_mlp", "shard",
+           "gradients", "train_digits", "unused_parameters", "TwoHeads", "compile_orders"]
 
 
 def all_reduce_by_hand(rank: int, world_size: int) -> dict:
@@ -65,46 +67,6 @@ def digit_batch(n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     digits = data.LazyDigits(train=True)
     images, labels = zip(*(digits[i] for i in range(n)))
     return torch.stack(images), torch.tensor(labels)
-
-
-def gradient_equivalence(rank: int, world_size: int, seed: int) -> dict:
-    """Gradients of this rank's shard of one batch: local only (no_sync), averaged by DDP, and
-    averaged by a hand-written all_reduce. Dropout is off so that the comparison is exact."""
-    model = _seeded_mlp(seed)
-    x, y = _shard(*digit_batch(), rank, world_size)
-    ddp = DDP(model)
-    with ddp.no_sync():
-        F.cross_entropy(ddp(x), y).backward()
-    local = _grads(model)
-    model.zero_grad(set_to_none=True)
-    F.cross_entropy(ddp(x), y).backward()
-    synced = _grads(model)
-    by_hand = [g.clone() for g in local]
-    for g in by_hand:
-        dist.all_reduce(g, op=dist.ReduceOp.SUM)
-        g /= world_size
-    return {"local": local, "synced": synced, "by_hand": by_hand}
-
-
-def accumulate_with_no_sync(rank: int, world_size: int, seed: int) -> dict:
-    """Two micro-batches per rank: the first under no_sync (no communication), the second synced.
-    A comm hook counts the all-reduces DDP actually launches."""
-    model = _seeded_mlp(seed)
-    x, y = _shard(*digit_batch(), rank, world_size)
-    half = len(x) // 2
-    ddp = DDP(model)
-    launched = []
-
-    def counting_allreduce(state, bucket):
-        launched.append(bucket.index())
-        return default_hooks.allreduce_hook(state, bucket)
-
-    ddp.register_comm_hook(None, counting_allreduce)
-    with ddp.no_sync():
-        F.cross_entropy(ddp(x[:half]), y[:half]).backward()
-    after_first = len(launched)
-    F.cross_entropy(ddp(x[half:]), y[half:]).backward()
-    return {"allreduces_during_no_sync": after_first, "allreduces_total": len(launched), "grads": _grads(model)}
 
 
 def train_digits(rank: int, world_size: int, epochs: int, save_path: str | None = None, seed: int = 0,
@@ -212,7 +174,7 @@ def _train_compiled(name: str, rank: int, world_size: int, backend: str) -> tupl
     model = models.mlp() if "Sequential" not in name else \
         nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    x, y = _shard(*digit_batch(), rank, world_size)
+    x, y = shard(*digit_batch(), rank, world_size)
     with compilation.watch_compiles() as log:            # resets Dynamo, holds back its log lines
         wrapped = DDP(torch.compile(model, backend=backend)) if name.startswith("DDP") else \
             torch.compile(DDP(model), backend=backend)
@@ -253,17 +215,20 @@ def _without_spare(model: TwoHeads) -> nn.Module:
     return model
 
 
-def _seeded_mlp(seed: int) -> nn.Module:
+def seeded_mlp(seed: int) -> nn.Module:
+    """The sandwich MLP, seeded, dropout off: every rank builds the same one, and the comparisons are exact."""
     torch.manual_seed(seed)
     return models.mlp(models.CoreConfig(dropout=0.0))
 
 
-def _shard(x, y, rank, world_size):
+def shard(x, y, rank: int, world_size: int):
+    """This rank's contiguous share of a batch."""
     per_rank = len(x) // world_size
     return x[rank * per_rank:(rank + 1) * per_rank], y[rank * per_rank:(rank + 1) * per_rank]
 
 
-def _grads(model: nn.Module) -> list[torch.Tensor]:
+def gradients(model: nn.Module) -> list[torch.Tensor]:
+    """A copy of each parameter's .grad."""
     return [p.grad.detach().clone() for p in model.parameters()]
 
 

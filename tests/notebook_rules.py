@@ -276,10 +276,15 @@ def nbhelpers_calls(nb) -> set[tuple[str, str]]:
     tree = _code_tree(nb)
     modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "nbhelpers"
                for a in n.names}
+    # `from nbhelpers.m import name` (07's %%writefile workers do this), then name(...)
+    names = {a.asname or a.name: (n.module.split(".", 1)[1], a.name) for n in ast.walk(tree)
+             if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("nbhelpers.") for a in n.names}
 
     def named(node):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
             return node.value.id, node.attr
+        if isinstance(node, ast.Name) and node.id in names:
+            return names[node.id]
         return None
 
     used = set()
