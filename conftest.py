@@ -22,6 +22,9 @@ NET_LOG = REPO / "build" / "network-attempts.log"
 
 
 def pytest_configure(config):
+    import matplotlib
+
+    matplotlib.use("agg")               # the test process draws off screen; notebook kernels keep the inline backend
     os.environ.pop("MPLBACKEND", None)  # kernels inherit it; 'agg' drops every stored plot
     notebook_tools.quiet_interpreter_notices(os.environ)   # e.g. Python 3.13.0's note on Dynamo's guards
     if offline_guard.LOG_ENV not in os.environ:  # a nested pytest (tests/test_notebooks.py) appends

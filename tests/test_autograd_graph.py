@@ -1,4 +1,5 @@
-"""nbhelpers.autograd_graph.trace against independent walks of grad_fn, and against backward itself."""
+"""nbhelpers.autograd_graph.trace against an independent walk of grad_fn (the order backward runs is checked
+against backward itself in test_graph_faithfulness, on the same models)."""
 from collections import deque
 
 import pytest
@@ -6,50 +7,7 @@ import torch
 from torch import nn
 
 from nbhelpers import autograd_graph
-
-
-class Residual(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1, self.conv2 = nn.Conv2d(4, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
-
-    def forward(self, x):
-        return torch.relu(x + self.conv2(torch.relu(self.conv1(x))))
-
-
-class Shared(nn.Module):
-    """One Linear applied twice: its weight gets one AccumulateGrad fed by two paths."""
-
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(6, 6)
-
-    def forward(self, x):
-        return self.fc(torch.tanh(self.fc(x)))
-
-
-class InPlace(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(6, 6)
-
-    def forward(self, x):
-        h = self.fc(x)
-        h.relu_()                  # in place: ReluBackward0 replaces AddmmBackward0 as h's grad_fn
-        return h * 2
-
-
-def _models():
-    torch.manual_seed(0)
-    return {
-        "mlp": (nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10)),
-                torch.randn(8, 1, 28, 28)),
-        "cnn": (nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                              nn.Linear(4 * 13 * 13, 10)), torch.randn(2, 1, 28, 28)),
-        "residual": (Residual(), torch.randn(2, 4, 8, 8)),
-        "shared": (Shared(), torch.randn(3, 6)),
-        "inplace": (InPlace(), torch.randn(3, 6)),
-    }
+from tests.graph_cases import CASES, loss_of
 
 
 def _bfs(root):
@@ -67,11 +25,11 @@ def _bfs(root):
     return seen, edges
 
 
-@pytest.fixture(params=list(_models()))
+@pytest.fixture(params=list(CASES))
 def case(request):
-    model, x = _models()[request.param]
-    loss = model(x).sum()
-    return model, loss
+    torch.manual_seed(0)
+    model, x = CASES[request.param]()
+    return model, loss_of(model, x)
 
 
 def test_nodes_and_edges_equal_an_independent_walk(case):
@@ -82,17 +40,6 @@ def test_nodes_and_edges_equal_an_independent_walk(case):
     assert {id(f) for f in fns} == {id(f) for f in seen} and len(graph.nodes) == len(seen)
     assert {(id(fns[e.src]), id(fns[e.dst]), e.input_nr) for e in graph.edges} == edges
     assert [n.name for n in graph.nodes] == [f.name() for f in fns]
-
-
-def test_order_is_the_order_backward_runs(case):
-    model, loss = case
-    graph = autograd_graph.trace(loss, module=model)
-    fns, ran = autograd_graph._walk(loss.grad_fn), []
-    for i, fn in enumerate(fns):
-        fn.register_prehook(lambda grads, i=i: ran.append(i))
-    loss.backward()
-    assert sorted(graph.order) == list(range(len(fns)))
-    assert list(graph.order) == ran
 
 
 def test_every_parameter_has_one_labelled_accumulate_grad(case):
@@ -121,9 +68,9 @@ def test_saved_tensor_identity_agrees_with_storage_pointers():
 
 
 def test_shared_weight_gets_two_incoming_edges():
-    model, x = _models()["shared"]
-    graph = autograd_graph.trace(model(x).sum(), module=model)
-    weight = next(n.id for n in graph.nodes if n.label == "fc.weight")
+    model, x = CASES["shared weights"]()
+    graph = autograd_graph.trace(loss_of(model, x), module=model)
+    weight = next(n.id for n in graph.nodes if n.label == "layer.weight")
     assert sum(e.dst == weight for e in graph.edges) == 2
 
 

@@ -1,13 +1,12 @@
 """nbhelpers.compile_report: the report is plain frozen data, shared by the recorder and the view."""
 import dataclasses
-from pathlib import Path
 
 import pytest
 
 from nbhelpers import compile_report
 from tests.source_imports import imported_modules
+from tests import REPO
 
-REPO = Path(__file__).parent.parent
 
 
 @pytest.mark.parametrize("name", compile_report.__all__)

@@ -1,11 +1,9 @@
 """nbhelpers.ddp_timeline: overlap on timelines built by hand; the plot draws every bar; one real launch."""
-import matplotlib
 import pytest
 
 from nbhelpers import ddp_timeline, distributed
 from nbhelpers.ddp_timeline import RankTimeline
 
-matplotlib.use("agg")   # this test process only
 
 
 def test_overlap_is_the_share_of_all_reduce_time_before_compute_ends():

@@ -18,8 +18,8 @@ from nbhelpers import ddp_workers, distributed
 from tests import ddp_fault_workers as faulty
 from tests import fake_gpu_host, suite_copy
 from tests.source_imports import imported_modules
+from tests import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _live_children() -> list[str]:

@@ -5,16 +5,15 @@ for every interpreter the series supports, exactly one of them applies."""
 import re
 import sys
 from importlib.metadata import version
-from pathlib import Path
 
 from packaging.requirements import Requirement
+from tests import REPO
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:                                      # pytest itself depends on tomli before Python 3.11
     import tomli as tomllib
 
-REPO = Path(__file__).resolve().parent.parent
 SUPPORTED = ("3.10", "3.11", "3.12", "3.13")
 
 

@@ -94,7 +94,8 @@ def test_layout_reduces_crossings_beyond_the_first_order():
     edges = [(0, 3), (0, 4), (1, 2), (1, 4), (2, 5), (3, 6), (4, 5), (4, 6)]
     best = graph_layout.layout(7, edges, [40] * 7)
     single = graph_layout.layout(7, edges, [40] * 7, sweeps=0)
-    assert graph_layout.crossings(best) <= graph_layout.crossings(single)
+    # the sweeps keep the best order they meet, the first included, so only a strict drop shows them working
+    assert graph_layout.crossings(best) == 0 < graph_layout.crossings(single) == 3
 
 
 def test_a_cycle_is_laid_out_but_refused_as_view_data():

@@ -19,9 +19,8 @@ import nbformat
 import pytest
 
 from nbhelpers._tools import notebook_tools
-from tests import browser
+from tests import REPO, browser
 
-REPO = Path(__file__).resolve().parent.parent
 SCREENSHOTS = REPO / "build" / "screenshots"
 KERNEL_READY = """() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
     const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;

@@ -1,14 +1,12 @@
 """nbhelpers.loader_timing: the grid has the right setups, timings have the right shape, no worker is left."""
 import multiprocessing
 
-import matplotlib
 import pytest
 import torch
 from torch.utils.data import TensorDataset
 
 from nbhelpers import loader_timing
 
-matplotlib.use("agg")   # this test process only
 
 
 def test_grid_skips_persistence_without_workers():

@@ -2,11 +2,10 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 from tests import matrix
+from tests import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_the_running_interpreter_is_identified_by_its_real_executable():

@@ -3,14 +3,12 @@ and nothing it installs outlives the block."""
 import gc
 import weakref
 
-import matplotlib
 import pytest
 import torch
 import torch.nn.functional as F
 
 from nbhelpers import memory, models, module_scope
 
-matplotlib.use("agg")   # this test process only
 
 
 def test_known_allocations_and_frees_give_known_live_bytes_and_peak():

@@ -1,11 +1,9 @@
 """nbhelpers.misclassification: counts equal a hand count, worst examples are the largest losses."""
-import matplotlib
 import pytest
 import torch
 
 from nbhelpers import misclassification
 
-matplotlib.use("agg")   # this test process only
 
 
 def test_confusion_matrix_equals_a_hand_count():

@@ -1,5 +1,4 @@
 """nbhelpers.mixed_precision: the dtype table agrees with direct calls, underflow is exact, training runs compare."""
-import matplotlib
 import pytest
 import torch
 import torch.nn.functional as F
@@ -7,7 +6,6 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from nbhelpers import mixed_precision, models
 
-matplotlib.use("agg")   # this test process only
 
 
 def test_table_agrees_with_direct_autocast_calls():

@@ -31,11 +31,20 @@ def test_current_names_forward_backward_and_the_optimizer_step():
     assert seen == [("Linear", "forward"), (module_scope.OUTSIDE, "backward"), ("SGD.step", "optimizer")]
 
 
+def _global_hooks() -> tuple[int, ...]:
+    """How many hooks torch's own global registries hold: module forward pre/post, optimizer step pre/post."""
+    from torch.nn.modules import module
+    from torch.optim import optimizer
+
+    return (len(module._global_forward_pre_hooks), len(module._global_forward_hooks),
+            len(optimizer._global_optimizer_pre_hooks), len(optimizer._global_optimizer_post_hooks))
+
+
 def test_the_scope_removes_its_hooks():
-    scope = module_scope.record()
-    with scope:
-        assert len(scope.handles) == 4
-    assert scope.handles == [] and scope.current() == (module_scope.OUTSIDE, "forward")
+    before = _global_hooks()
+    with module_scope.record() as scope:
+        assert _global_hooks() == tuple(n + 1 for n in before)      # one in each registry, while it runs
+    assert _global_hooks() == before and scope.current() == (module_scope.OUTSIDE, "forward")
 
 
 class _Kept(torch.nn.Module):

@@ -13,8 +13,8 @@ import torch
 
 from claims.probes import SECTIONS, VERDICTS, VERSIONS, _load, in_torch, report
 from tests.source_imports import imported_modules
+from tests import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = REPO / "notebooks"
 ROWS = _load()
 REPORTS = report.reports()

@@ -3,14 +3,13 @@ import ast
 import copy
 import importlib
 import re
-from pathlib import Path
 
 import nbformat
 import pytest
 
 from tests import notebook_rules, suite_copy
+from tests import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 ENV_NB = REPO / "notebooks" / "00_environment.ipynb"
 

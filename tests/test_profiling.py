@@ -1,5 +1,4 @@
 """nbhelpers.profiling: a real exported trace reads back with the record_function ranges in it."""
-import matplotlib
 import pytest
 import torch
 import torch.nn.functional as F
@@ -7,7 +6,6 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from nbhelpers import profiling, stderr_capture
 
-matplotlib.use("agg")   # this test process only
 
 
 def test_trace_summary_reads_an_exported_trace(tmp_path):

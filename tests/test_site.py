@@ -9,9 +9,8 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from nbhelpers._tools import notebook_tools
-from tests import browser
+from tests import REPO, browser
 
-REPO = Path(__file__).resolve().parent.parent
 COMPILE_NB = REPO / "notebooks" / "05_compile_backends.ipynb"
 CUSTOM_OPS_NB = REPO / "notebooks" / "11_custom_ops.ipynb"
 

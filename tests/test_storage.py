@@ -1,12 +1,10 @@
 """nbhelpers.storage: describe() agrees with torch, and the lifetime recorder is exact."""
 
-import matplotlib
 import pytest
 import torch
 
 from nbhelpers import storage
 
-matplotlib.use("agg")   # this test process only; notebook kernels keep the inline backend
 
 
 def test_describe_matches_torch_for_a_transposed_slice():

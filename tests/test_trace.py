@@ -1,8 +1,7 @@
 """`make trace`: tlparse reads this torch's TORCH_TRACE logs of notebook 05's compiles and writes its report."""
 import subprocess
-from pathlib import Path
+from tests import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def test_make_trace_writes_a_tlparse_report_with_the_breaks():

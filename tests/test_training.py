@@ -1,5 +1,4 @@
 """nbhelpers.training: fit learns, evaluate agrees with a hand computation, bad input is refused clearly."""
-import matplotlib
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,7 +7,6 @@ from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 from nbhelpers import training
 
-matplotlib.use("agg")   # this test process only
 
 
 def _separable(n=256, seed=0):
