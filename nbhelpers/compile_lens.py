@@ -200,16 +200,18 @@ def _user_line(stack_trace: str | None) -> str:
     return lines[-1] if lines and not lines[-1].startswith("File ") else ""
 
 
-def _root_names(fn) -> tuple[str, str]:
-    """For a module: its class name, and the name its forward gives `self` (Dynamo names modules from it)."""
+def _root_names(fn) -> tuple[str, tuple[str, ...]]:
+    """For a module: its class name, and the names Dynamo's sources give it: what its forward calls `self`, or
+    `fn` when Dynamo traces a torch.nn module through its `wrap_inline` wrapper (torch/_dynamo/external_utils.py),
+    as it does for a compiled nn.Sequential."""
     if not isinstance(fn, torch.nn.Module):
-        return "", ""
+        return "", ()
     module = getattr(fn, "_orig_mod", fn)
     parameters = list(inspect.signature(type(module).forward).parameters)
-    return type(module).__name__, parameters[0] if parameters else "self"
+    return type(module).__name__, (parameters[0] if parameters else "self", "fn")
 
 
-def _nodes(gm, root: tuple[str, str], saved: bool = False) -> tuple[FxNode, ...]:
+def _nodes(gm, root: tuple[str, tuple[str, ...]], saved: bool = False) -> tuple[FxNode, ...]:
     """`saved`: a backward graph, whose placeholders are the tensors forward saved, each with the module that
     made it; elsewhere a placeholder is an input, made by no module (Dynamo tags it with its first user's)."""
     nodes = []
@@ -225,7 +227,7 @@ def _nodes(gm, root: tuple[str, str], saved: bool = False) -> tuple[FxNode, ...]
     return tuple(nodes)
 
 
-def _module_of(n, stack: dict, root: tuple[str, str], saved: bool) -> str:
+def _module_of(n, stack: dict, root: tuple[str, tuple[str, ...]], saved: bool) -> str:
     if n.op == "output" or (n.op == "placeholder" and not saved):
         return ""
     if stack:
@@ -239,15 +241,15 @@ _SOURCE_ROOT = re.compile(r"^[LG]\[['\"]([^'\"]+)['\"]\]")
 _SOURCE_PART = re.compile(r"\._modules\[['\"]([^'\"]+)['\"]\]|\[['\"]?([^'\"\]]+)['\"]?\]")
 
 
-def _module_path(source: str, root: tuple[str, str]) -> str:
+def _module_path(source: str, root: tuple[str, tuple[str, ...]]) -> str:
     """Dynamo's name for a module (its source, e.g. `L['self'].layers[0]._modules['fc']`) as a module path:
-    `Net.layers.0.fc` when a module `Net` was compiled (`root` is ("Net", "self")), `model.layers.0.fc` for a
+    `Net.layers.0.fc` when a module `Net` was compiled (`root` is ("Net", ("self", "fn"))), `model.layers.0.fc` for a
     function that reached a module through its variable `model`."""
     head = _SOURCE_ROOT.match(source)
     variable = head.group(1) if head else ""
     rest = _SOURCE_PART.sub(lambda m: "." + (m.group(1) or m.group(2)), source[head.end():] if head else source)
     parts = [p for p in rest.split(".") if p and p != "_orig_mod"]
-    base = root[0] if root[0] and variable == root[1] else variable
+    base = root[0] if root[0] and variable in root[1] else variable
     return ".".join([base] + parts) if base else ".".join(parts)
 
 

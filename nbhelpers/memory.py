@@ -15,6 +15,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 import sys
 import weakref
 from collections import defaultdict
@@ -150,14 +151,9 @@ def _dense(value, found: list | None = None) -> list[torch.Tensor]:
     return found
 
 
-_OP_NAMES: dict = {}
-
-
+@functools.cache
 def _op_name(func) -> str:
-    name = _OP_NAMES.get(func)
-    if name is None:
-        name = _OP_NAMES[func] = str(func)
-    return name
+    return str(func)                   # once per op: str() of an OpOverload builds the name each time
 
 
 @contextmanager

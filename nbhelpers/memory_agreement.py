@@ -46,9 +46,10 @@ def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
     compare the two peaks category by category. MemTracker files a gradient under Temp until it is
     accumulated into `.grad`, and `track` by what it is at the end, so those two are compared together.
     A gradient made in forward (a fused loss kernel's, which AccumulateGrad takes as `.grad` without a copy)
-    is an activation until it is accumulated, for both: MemTracker moves a storage to Gradient when its grad
-    hook fires, so here each gradient is filed as one from the op at which AccumulateGrad took it (recorded by
-    a `register_post_accumulate_grad_hook`, removed on exit).
+    is an activation until it is accumulated, for both: MemTracker moves a storage to Gradient when the hook it
+    puts on the parameter (`register_hook`, run as AccumulateGrad starts) fires, so here each gradient is filed as
+    one from the op at which AccumulateGrad first wrote it (a `register_post_accumulate_grad_hook`, removed on
+    exit; no op runs between the two hooks when AccumulateGrad takes the tensor without a copy).
     """
     arguments.require_callable("memory_agreement.against_memtracker", "step", step,
                                "a function of no arguments that runs one training step")
@@ -102,7 +103,7 @@ def _accumulation_times(model: torch.nn.Module, tracker: memory.Tracker) -> Iter
     times: dict[int, int] = {}
 
     def accumulated(param: torch.Tensor) -> None:
-        times[id(param)] = len(tracker.events)
+        times.setdefault(id(param), len(tracker.events))   # a second backward adds into the same .grad
 
     handles = [p.register_post_accumulate_grad_hook(accumulated) for p in model.parameters() if p.requires_grad]
     try:

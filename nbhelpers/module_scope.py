@@ -7,15 +7,17 @@ stack of modules running then (outermost first: `("NeuralNetwork", "NeuralNetwor
 "NeuralNetwork.core.fc1")`), so a container that never runs (an `nn.ModuleList`) is never a level. In
 backward, `torch._C._current_autograd_node()` is the node being run, so its tag says whose forward made it.
 "Created during it" is decided by sequence numbers: each node's `_sequence_nr()` is taken from a per-thread
-counter of node creation, which `torch.autograd._get_sequence_nr()` reads without moving it (at::sequence_number
-::peek, aten/src/ATen/SequenceNumber.cpp; torch.fx's proxy.py reads it the same way) at module entry and exit;
+counter of node creation (`at::sequence_number::get_and_increment()`, torch/csrc/autograd/node.h), which
+`torch.autograd._get_sequence_nr()` reads without moving it (`at::sequence_number::peek`, ATen/SequenceNumber.h;
+torch.fx's proxy.py reads it the same way) at module entry and exit;
 AccumulateGrad nodes (which have the largest possible number) are tagged with the module that owns their parameter. Unlike
 `torch.utils.module_tracker.ModuleTracker`, which registers `register_multi_grad_hook` on each module's
 inputs and outputs, it registers no hooks on tensors: the graph it tags is the one the model built.
 The leave hook is registered with `always_call=True`, so a forward that raises still pops the stack.
 Global optimizer step hooks (`torch.optim.optimizer.register_optimizer_step_pre_hook` and its post hook)
 mark `optimizer.step()` as a phase of its own, named after the optimizer (`Adam.step`).
-A compiled module's program is one autograd node (`CompiledFunctionBackward`), tagged with the compiled module;
+A compiled module's program is one autograd node per compiled graph (`CompiledFunctionBackward`; a graph break
+makes two), tagged with the compiled module;
 which module made each op inside it is in `compile_lens`'s graphs (`FxNode.module`, from Dynamo's nn_module_stack).
 
 Example:
@@ -37,7 +39,7 @@ __all__ = ["record", "module_of", "modules_of", "OUTSIDE", "ACCUMULATE_GRAD"]
 OUTSIDE = "(outside modules)"
 _TAG = "nbhelpers.module_scope.module"
 ACCUMULATE_GRAD = "torch::autograd::AccumulateGrad"   # the name() of the node that writes a leaf's .grad
-_LAST = 2**64 - 1      # AccumulateGrad's sequence number: UINT64_MAX, "so it's always called ASAP" (accumulate_grad.h)
+_LAST = 2**64 - 1      # AccumulateGrad's sequence number: "explicitly ... UINT64_MAX" (torch/csrc/autograd/node.h)
 
 
 def modules_of(node) -> tuple[str, ...]:
@@ -60,6 +62,7 @@ class _Scope:
         self.names: dict[int, str] = {}              # id(module) -> path, from the outermost module
         self.handles = []
         self.steps: list[str] = []                   # the optimizers whose step() is running
+
     def __enter__(self):
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 

@@ -276,22 +276,37 @@ def nbhelpers_calls(nb) -> set[tuple[str, str]]:
     tree = _code_tree(nb)
     modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "nbhelpers"
                for a in n.names}
-    # `from nbhelpers.m import name` (07's %%writefile workers do this), then name(...)
-    names = {a.asname or a.name: (n.module.split(".", 1)[1], a.name) for n in ast.walk(tree)
-             if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("nbhelpers.") for a in n.names}
 
     def named(node):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
             return node.value.id, node.attr
-        if isinstance(node, ast.Name) and node.id in names:
-            return names[node.id]
         return None
 
-    used = set()
+    used = _calls_of_names_imported_from_modules(nb)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and (callee := named(node.func)):
             used.add(callee)
             used |= {ref for arg in [*node.args, *(k.value for k in node.keywords)] if (ref := named(arg))}
+    return used
+
+
+def _calls_of_names_imported_from_modules(nb) -> set[tuple[str, str]]:
+    """(module, name) for each call of, or call handed, a name a cell imports with `from nbhelpers.m import name`
+    (07's %%writefile workers do), in that cell only, unless the cell binds the name again itself."""
+    used = set()
+    for cell in _code(nb):
+        tree = ast.parse("\n".join(line for line in cell.source.splitlines()
+                                    if not line.lstrip().startswith(("%", "!"))))
+        imported = {a.asname or a.name: (n.module.split(".", 1)[1], a.name) for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("nbhelpers.") for a in n.names}
+        rebound = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        rebound |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        rebound |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+        names = {k: v for k, v in imported.items() if k not in rebound}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                used |= {names[n.id] for n in (node.func, *node.args, *(k.value for k in node.keywords))
+                         if isinstance(n, ast.Name) and n.id in names}
     return used
 
 

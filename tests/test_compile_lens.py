@@ -141,31 +141,37 @@ class _Net(torch.nn.Module):
 
 def test_each_fx_node_is_credited_to_the_module_module_scope_credits_in_eager():
     """Dynamo's nn_module_stack, read into FxNode.module, against module_scope's hooks on the eager model (an
-    oracle that shares no code): the forward module of each ATen op, and of each backward op and saved tensor."""
+    oracle that shares no code), op for op in the order forward ran them; and each saved tensor's module."""
     from nbhelpers import autograd_graph, module_scope
 
     torch.manual_seed(0)
     net, x = _Net(), torch.randn(3, 8)
     graph = _quiet(net, x, kernels=False).graphs[0]
     with module_scope.record():
-        eager = autograd_graph.trace(net(x), module=net)
-    eager_modules = {n.name: n.module for n in eager.nodes}
-    by_op = {"addmm.default": "AddmmBackward0", "relu.default": "ReluBackward0", "mul.Tensor": "MulBackward0"}
-    forward = [(n.target, n.module) for n in graph.forward if n.target in by_op]
-    assert [m for _, m in forward] == ["_Net.layers.0.fc", "_Net.layers.0.act", "_Net.layers.0",
-                                       "_Net.layers.1.fc", "_Net.layers.1.act", "_Net.layers.1", "_Net.head"]
-    eager_by_kind = {}
-    for n in eager.nodes:
-        eager_by_kind.setdefault(n.name, set()).add(n.module)
-    for target, module in forward:
-        assert module in eager_by_kind[by_op[target]], (target, module)
-    assert eager_modules["SumBackward0"] == "_Net"
-    assert [n.module for n in graph.forward if n.target == "sum.default"] == ["_Net"]   # not in a submodule
+        loss = net(x)
+    by_op = {"addmm.default": "AddmmBackward0", "relu.default": "ReluBackward0", "mul.Tensor": "MulBackward0",
+             "sum.default": "SumBackward0"}
+    forward = [(by_op[n.target], n.module) for n in graph.forward if n.target in by_op]
+    eager = sorted((fn for fn in autograd_graph._walk(loss.grad_fn) if fn.name() in by_op.values()),
+                   key=lambda fn: fn._sequence_nr())                # the order forward made them
+    assert forward == [(fn.name(), module_scope.module_of(fn)) for fn in eager]
+    assert [m for _, m in forward] == ["_Net.layers.0.fc", "_Net.layers.0.act", "_Net.layers.0", "_Net.layers.1.fc",
+                                       "_Net.layers.1.act", "_Net.layers.1", "_Net.head", "_Net"]   # sum: _Net's own
     saved = [n.module for n in graph.backward if n.op == "placeholder" and not n.name.startswith("tangents")]
-    assert set(saved) - {""} <= {m for _, m in forward}                 # each saved tensor, the module that made it
+    assert saved == ["", "_Net.layers.0.act", "_Net.layers.0", "_Net.layers.1.fc", "_Net.layers.1.act",
+                     "_Net.layers.1", "_Net.head"]                  # x (an input: no module), then what each made
     assert {n.module for n in graph.backward if n.target == "threshold_backward.default"} == \
         {"_Net.layers.0.act", "_Net.layers.1.act"}
     assert all(n.module == "" for n in graph.nodes if n.op == "placeholder")       # inputs: made by no module
+
+
+def test_a_compiled_torch_nn_module_is_named_after_its_class():
+    """Dynamo traces a torch.nn module (nn.Sequential here) through its wrap_inline wrapper, whose frame calls it
+    `fn`; its submodules are still named Sequential.0, ... as module_scope names them."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    graph = _quiet(model, torch.randn(2, 4), kernels=False).graphs[0]
+    assert [n.module for n in graph.forward if n.target in ("addmm.default", "relu.default")] == \
+        ["Sequential.0", "Sequential.1", "Sequential.2"]
 
 
 def test_guards_of_each_entry_and_the_guard_each_recompile_failed():

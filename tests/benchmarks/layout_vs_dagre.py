@@ -21,7 +21,7 @@ from torch import nn
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 from nbhelpers import autograd_graph, graph_layout, graph_view, models, module_scope  # noqa: E402
-from tests.test_graph_faithfulness import Recurrent, Residual, Shared, SplitHeads  # noqa: E402
+from tests.graph_cases import Recurrent, Residual, Shared, SplitHeads  # noqa: E402
 
 BENCH = REPO / "build" / "dagre-bench"
 DAGRE_JS = """
@@ -57,7 +57,7 @@ def graphs():
         with module_scope.record():
             loss = run(model)
         view = graph_view.views(graph_view.from_autograd(autograd_graph.trace(loss, module=model)))[-1]
-        yield name, [b["w"] for b in view.boxes], [(e["from"], e["to"]) for e in view.edges]
+        yield name, [b.w for b in view.boxes], [(e.src, e.dst) for e in view.edges]
 
 
 def _cross(p1, p2, q1, q2) -> bool:
