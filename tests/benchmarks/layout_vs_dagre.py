@@ -2,9 +2,10 @@
 
     python tests/benchmarks/layout_vs_dagre.py
 
-The graphs are the deepest views (every node a box) of the five faithfulness-test models and a torchvision
-ResNet-18. dagre comes from npm, installed once under build/dagre-bench/ and run with Node; it is not a
-project dependency. Both layouts get the same box sizes and gaps, and their edges are counted by the same
+The graphs are the deepest views (every node a box) of the five faithfulness-test models, a torchvision
+ResNet-18, a DenseNet-style block (every layer reads the concatenation of all before it) and a 36-layer
+TransformerEncoder (2,734 boxes: the branching graph where issue 29 counted one crossing per layer). dagre
+comes from npm, installed once under build/dagre-bench/ and run with Node; it is not a project dependency. Both layouts get the same box sizes and gaps, and their edges are counted by the same
 geometric rule (two segments cross when they intersect away from a shared end point), so the ratio is fair.
 """
 from __future__ import annotations
@@ -43,6 +44,22 @@ process.stdout.write(JSON.stringify({ routes, boxes }));
 """
 
 
+class DenseBlock(nn.Module):
+    """Four BN-ReLU-conv layers, each reading the channel-concatenation of the input and every earlier output."""
+
+    def __init__(self, channels: int = 4, growth: int = 4, layers: int = 4):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            nn.Sequential(nn.BatchNorm2d(channels + k * growth), nn.ReLU(),
+                          nn.Conv2d(channels + k * growth, growth, 3, padding=1)) for k in range(layers))
+
+    def forward(self, x):
+        features = [x]
+        for layer in self.layers:
+            features.append(layer(torch.cat(features, 1)))
+        return torch.cat(features, 1)
+
+
 def graphs():
     torch.manual_seed(0)
     cases = {"MLP": (models.mlp(), lambda m: m(torch.rand(4, 28, 28)).sum()),
@@ -53,6 +70,10 @@ def graphs():
                               lambda m: m[0](torch.randn(2, 4)).sum() + m[1](torch.randn(2, 5, 3)))}
     import torchvision
     cases["ResNet-18"] = (torchvision.models.resnet18(), lambda m: m(torch.rand(1, 3, 64, 64)).sum())
+    cases["DenseNet-style block"] = (DenseBlock(), lambda m: m(torch.rand(1, 4, 8, 8)).sum())
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 36,
+                                    enable_nested_tensor=False)
+    cases["TransformerEncoder x36"] = (encoder, lambda m: m(torch.rand(2, 5, 16)).sum())
     for name, (model, run) in cases.items():
         with module_scope.record():
             loss = run(model)
@@ -96,7 +117,7 @@ def dagre(widths, edges):
 def main() -> None:
     if shutil.which("node") is None:
         sys.exit("needs Node.js and npm (for @dagrejs/dagre)")
-    print(f"{'graph':<16}{'boxes':>6}{'edges':>7}{'ours':>7}{'dagre':>7}{'ratio':>7}{'overlaps':>10}")
+    print(f"{'graph':<24}{'boxes':>6}{'edges':>7}{'ours':>7}{'dagre':>7}{'ratio':>7}{'overlaps':>10}")
     for name, widths, edges in graphs():
         ours = graph_layout.layout(len(widths), edges, widths)
         again = graph_layout.layout(len(widths), edges, widths)
@@ -104,7 +125,7 @@ def main() -> None:
         theirs = dagre(widths, edges)
         a, b = geometric_crossings(ours.routes), geometric_crossings(theirs["routes"])
         ratio = f"{a / b:.2f}" if b else ("1.00" if a == 0 else "inf")
-        print(f"{name:<16}{len(widths):>6}{len(edges):>7}{a:>7}{b:>7}{ratio:>7}{overlaps(ours.boxes):>6} / "
+        print(f"{name:<24}{len(widths):>6}{len(edges):>7}{a:>7}{b:>7}{ratio:>7}{overlaps(ours.boxes):>6} / "
               f"{overlaps(theirs['boxes'])}")
 
 
