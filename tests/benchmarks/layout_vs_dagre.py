@@ -5,8 +5,9 @@
 The graphs are the deepest views (every node a box) of the five faithfulness-test models, a torchvision
 ResNet-18, a DenseNet-style block (every layer reads the concatenation of all before it) and a 36-layer
 TransformerEncoder (2,734 boxes: the branching graph where issue 29 counted one crossing per layer). dagre
-comes from npm, installed once under build/dagre-bench/ and run with Node; it is not a project dependency. Both layouts get the same box sizes and gaps, and their edges are counted by the same
-geometric rule (two segments cross when they intersect away from a shared end point), so the ratio is fair.
+comes from npm, installed once under build/dagre-bench/ and run with Node; it is not a project dependency.
+Both layouts get the same box sizes and gaps, and their edges are counted by the same geometric rule (two
+segments cross when they intersect away from a shared end point), so the ratio is fair.
 """
 from __future__ import annotations
 
