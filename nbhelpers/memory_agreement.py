@@ -116,9 +116,10 @@ def _accumulation_times(model: torch.nn.Module, tracker: memory.Tracker) -> Iter
 def _categories_at_peak(tracker: memory.Tracker, model: torch.nn.Module, accumulated_at: dict[int, int]) -> dict:
     """`track`'s bytes per category after the op at which its live bytes peaked; a gradient counts as one once
     AccumulateGrad has taken it (before that, by the phase that made it)."""
-    by_phase = memory.timeline(tracker).bytes_by_category
-    total = [sum(values) for values in zip(*by_phase.values())] or [0]
-    at = total.index(max(total))
+    if not tracker.events:
+        return {}
+    live = [e.live_bytes for e in tracker.events]     # every category summed, after each op
+    at = live.index(max(live))
     grads = [p.grad for p in model.parameters() if p.grad is not None and accumulated_at.get(id(p), 0) <= at]
     series = memory.timeline(tracker, {"gradients": grads}).bytes_by_category
     return {name: values[at] for name, values in series.items()}
