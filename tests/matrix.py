@@ -51,6 +51,8 @@ class Outcome:
     setup_s: float = 0.0
     suite_s: float = 0.0
     log: str = ""
+    setup_attempts: int = 1
+    setup_tail: list[str] = field(default_factory=list)
 
 
 def candidates(env: dict[str, str]) -> list[str]:
@@ -134,8 +136,15 @@ def run_one(interpreter: Interpreter, venv: Path, pytest_args: str, logs: Path, 
     outcome = Outcome(interpreter, "set-up failed", log=str(log_path.relative_to(REPO)))
     with open(log_path, "w") as log:
         start = time.monotonic()
-        if _make("setup", interpreter, venv, log, [], timeout_s) != 0:
+        # One retry: a set-up that fails once is most often a download cut short (pip resumes from its cache);
+        # the log keeps both attempts and the report says the retry happened.
+        for outcome.setup_attempts in (1, 2):
+            if _make("setup", interpreter, venv, log, [], timeout_s) == 0:
+                break
+        else:
             outcome.setup_s = time.monotonic() - start
+            log.flush()
+            outcome.setup_tail = _tail(log_path)
             return outcome
         outcome.setup_s, start = time.monotonic() - start, time.monotonic()
         code = _make("test", interpreter, venv, log, [f"PYTEST_ARGS=--junitxml={junit} {pytest_args}".strip()],
@@ -147,6 +156,12 @@ def run_one(interpreter: Interpreter, venv: Path, pytest_args: str, logs: Path, 
     if code != 0 and not outcome.failures:
         outcome.failures = [f"make test exited with {code} (lint, or the run stopped): see {outcome.log}"]
     return outcome
+
+
+def _tail(path: Path, lines: int = 25) -> list[str]:
+    """The log's last lines as a fenced block, so that CI's output shows why a set-up failed."""
+    text = path.read_text(errors="replace").splitlines()[-lines:]
+    return ["```", *text, "```"]
 
 
 def _where(executable: str) -> str:
@@ -163,14 +178,15 @@ def table(outcomes: list[Outcome], pytest_args: str, commit: str) -> str:
              "| Python | executable | result | passed | failed | skipped | set-up | suite |",
              "|---|---|---|---|---|---|---|---|"]
     for o in outcomes:
+        retried = f" ({o.setup_attempts} tries)" if o.setup_attempts > 1 else ""
         lines.append(f"| {o.interpreter.version} | `{_where(o.interpreter.executable)}` | {o.result} | {o.passed} | "
-                     f"{o.failed} | {o.skipped} | {o.setup_s:.0f} s | {o.suite_s:.0f} s |")
+                     f"{o.failed} | {o.skipped} | {o.setup_s:.0f} s{retried} | {o.suite_s:.0f} s |")
     failing = [o for o in outcomes if o.failures or o.result == "set-up failed"]
     if failing:
         lines += ["", "## Failures", ""]
         for o in failing:
-            names = o.failures or [f"make setup failed: see {o.log}"]
-            lines += [f"- {o.interpreter.version}: {name}" for name in names]
+            names = o.failures or [f"make setup failed twice: see {o.log}; its last lines:"]
+            lines += [f"- {o.interpreter.version}: {name}" for name in names] + o.setup_tail
     return "\n".join(lines) + "\n"
 
 

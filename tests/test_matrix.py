@@ -70,3 +70,30 @@ def test_make_matrix_with_no_interpreter_says_how_to_name_one():
     done = subprocess.run(["make", "-s", "matrix", "PYTHONS=/nonexistent/python3.10"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "PYTHONS=/path/to/python3.10 make matrix" in done.stderr
+
+
+def test_a_setup_that_fails_twice_is_reported_with_the_end_of_its_log(tmp_path, monkeypatch):
+    calls = []
+
+    def failing_make(target, interpreter, venv, log, extra, timeout_s):
+        calls.append(target)
+        log.write(f"attempt {len(calls)}\nERROR: Could not install packages due to an OSError: No space left\n")
+        return 1
+
+    monkeypatch.setattr(matrix, "_make", failing_make)
+    monkeypatch.setattr(matrix, "REPO", tmp_path)
+    outcome = matrix.run_one(matrix.Interpreter("3.10.13", "/p/python3.10"), tmp_path / "venv", "", tmp_path / "logs",
+                             60)
+    assert calls == ["setup", "setup"] and outcome.result == "set-up failed" and outcome.setup_attempts == 2
+    text = matrix.table([outcome], "notebooks", "abc1234")
+    assert "(2 tries)" in text and "make setup failed twice" in text and "No space left" in text
+
+
+def test_a_setup_that_fails_once_is_retried_and_the_table_says_so(tmp_path, monkeypatch):
+    codes = iter([1, 0, 0])
+    monkeypatch.setattr(matrix, "_make", lambda target, *args: next(codes))
+    monkeypatch.setattr(matrix, "REPO", tmp_path)
+    outcome = matrix.run_one(matrix.Interpreter("3.10.13", "/p/python3.10"), tmp_path / "venv", "", tmp_path / "logs",
+                             60)
+    assert outcome.result == "passed" and outcome.setup_attempts == 2
+    assert "(2 tries)" in matrix.table([outcome], "", "abc1234")
