@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from nbhelpers import arguments
+from nbhelpers import arguments, module_scope
 from nbhelpers.module_scope import ACCUMULATE_GRAD, OUTSIDE, modules_of
 
 __all__ = ["SavedTensor", "Node", "Edge", "Graph", "trace"]
@@ -65,6 +65,7 @@ class Graph:
     edges: tuple[Edge, ...]
     root: int
     order: tuple[int, ...]     # backward's execution order (engine priority: highest sequence_nr first)
+    module_types: tuple[tuple[str, str], ...] = ()   # (module path, class name) for the modules the nodes name
 
 
 def trace(t: torch.Tensor, module: torch.nn.Module | None = None) -> Graph:
@@ -77,7 +78,10 @@ def trace(t: torch.Tensor, module: torch.nn.Module | None = None) -> Graph:
     nodes = tuple(_node(i, fn, names) for i, fn in enumerate(fns))
     edges = tuple(Edge(ids[fn], ids[nxt], k, slot) for fn in fns
                   for k, (nxt, slot) in enumerate(fn.next_functions) if nxt is not None)
-    return Graph(nodes, edges, 0, _execution_order(nodes, edges))
+    named = {path for node in nodes for path in node.modules}
+    types = module_scope.module_types(module) if module is not None else {}
+    return Graph(nodes, edges, 0, _execution_order(nodes, edges),
+                 tuple((path, kind) for path, kind in types.items() if path in named))
 
 
 def _root_fn(t):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 __all__ = ["layout", "crossings", "cycle_edges"]      # layout() returns a Drawing
 
-BOX_H, LAYER_GAP, BOX_GAP, DUMMY_W, MARGIN = 30.0, 40.0, 16.0, 8.0, 10.0
+BOX_H, LAYER_GAP, BOX_GAP, DUMMY_W, MARGIN = 36.0, 40.0, 16.0, 8.0, 10.0
 
 
 @dataclass(frozen=True)
@@ -265,16 +265,17 @@ def _fit(row, wanted, width, x) -> None:
 
 def _draw(n, upward, chains, layer, order, x, widths) -> Drawing:
     top = lambda depth: MARGIN + depth * (BOX_H + LAYER_GAP)     # noqa: E731
-    boxes = tuple((round(x[v] - widths[v] / 2, 1), top(layer[v]), float(widths[v]), BOX_H) for v in range(n))
+    # unrounded: graph_layout.js computes the same doubles, and a test compares the two exactly
+    boxes = tuple((x[v] - widths[v] / 2, top(layer[v]), float(widths[v]), BOX_H) for v in range(n))
     depth_of = {v: k for k, row in enumerate(order) for v in row}
     routes = []
     for k, chain in enumerate(chains):
-        points = [(round(x[chain[0]], 1), top(depth_of[chain[0]]) + BOX_H)]
+        points = [(x[chain[0]], top(depth_of[chain[0]]) + BOX_H)]
         for v in chain[1:-1]:
-            points += [(round(x[v], 1), top(depth_of[v])), (round(x[v], 1), top(depth_of[v]) + BOX_H)]
+            points += [(x[v], top(depth_of[v])), (x[v], top(depth_of[v]) + BOX_H)]
         if len(chain) > 1:
-            points.append((round(x[chain[-1]], 1), top(depth_of[chain[-1]])))
+            points.append((x[chain[-1]], top(depth_of[chain[-1]])))
         routes.append(tuple(reversed(points)) if k in upward else tuple(points))
     right = max(b[0] + b[2] for b in boxes) if boxes else 0.0
     bottom = max((b[1] + b[3] for b in boxes), default=0.0)
-    return Drawing(boxes, tuple(routes), round(right + MARGIN, 1), bottom + MARGIN)
+    return Drawing(boxes, tuple(routes), right + MARGIN, bottom + MARGIN)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["record", "module_of", "modules_of", "OUTSIDE", "ACCUMULATE_GRAD"]
+__all__ = ["record", "module_of", "modules_of", "module_types", "OUTSIDE", "ACCUMULATE_GRAD"]
 
 OUTSIDE = "(outside modules)"
 _TAG = "nbhelpers.module_scope.module"
@@ -181,6 +181,13 @@ def _tensors_in(value, depth: int = 0) -> list[torch.Tensor]:
         elif dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
             found += _tensors_in([getattr(leaf, f.name) for f in dataclasses.fields(leaf)], depth + 1)
     return found
+
+
+def module_types(root: torch.nn.Module) -> dict[str, str]:
+    """Each module path `record()` can tag, named as it names them, -> its class name (`ResNet.layer1` ->
+    `Sequential`), for the views' module boxes."""
+    by_id = {id(m): m for m in root.modules()}
+    return {path: type(by_id[i]).__name__ for i, path in _paths(root).items()}
 
 
 def _paths(root: torch.nn.Module) -> dict[int, str]:

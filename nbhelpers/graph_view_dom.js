@@ -1,0 +1,458 @@
+// The front-end of nbhelpers.graph_view, part 3 of 3: the drawing and every interaction (click, hover,
+// search, expand/collapse one module, pan/zoom, keyboard, stepper, one selection across a diff's panes),
+// the legend, the theme (JupyterLab's, else the system's) and a table of the nodes for screen readers.
+// Names come from user code: they go in with textContent, never as HTML.
+const KINDS = { op: "op", saves: "op that saves tensors for backward", leaf: "leaf: fills a parameter's .grad",
+  group: "module, collapsed: click to expand", input: "input", line: "source line", break: "graph break",
+  kernel: "generated kernel" };
+const MARKS = { added: "only in the right graph", removed: "only in the left graph", changed: "saved bytes differ" };
+const STATES = { selected: "selected", linked: "linked to the selection", match: "matches the search",
+  share: "shares saved memory with the hovered box", run: "runs now (the stepper)" };
+const CSS = `
+.gv { --gv-bg: var(--jp-layout-color0, #fff); --gv-fg: var(--jp-ui-font-color0, #111); --gv-line: #777;
+  --gv-border: var(--jp-border-color1, #bbb); --gv-op: #dbe8f7; --gv-leaf: #d9f2d9; --gv-saves: #fde7c8;
+  --gv-group: #ece6f5; --gv-input: #d9f2d9; --gv-linebox: #f1f1f1; --gv-break: #f7c6c6; --gv-kernel: #fde7c8;
+  --gv-stroke: #555; --gv-added: #1a7f1a; --gv-removed: #c22; --gv-changed: #b06000; --gv-match: #0560c0;
+  --gv-sel: #c00; --gv-share: #ffe27a; --gv-run: #ffb347; --gv-linked: #9fe39f; --gv-box-fg: #111;
+  font: 13px sans-serif; color: var(--gv-fg); background: var(--gv-bg); }
+.gv.gv-dark { --gv-bg: var(--jp-layout-color0, #1e1e1e); --gv-fg: var(--jp-ui-font-color0, #eee); --gv-line: #999;
+  --gv-border: var(--jp-border-color1, #555); --gv-op: #233a57; --gv-leaf: #1f4a2a; --gv-saves: #5a3d12;
+  --gv-group: #3b3055; --gv-input: #1f4a2a; --gv-linebox: #333; --gv-break: #6a2424; --gv-kernel: #5a3d12;
+  --gv-stroke: #aaa; --gv-added: #5fd35f; --gv-removed: #ff7b7b; --gv-changed: #ffb454; --gv-match: #6cb6ff;
+  --gv-sel: #ff5c5c; --gv-share: #7a6a10; --gv-run: #8a5200; --gv-linked: #2f6f2f; --gv-box-fg: #f2f2f2; }
+.gv button, .gv input { font: inherit; color: inherit; background: var(--gv-bg); border: 1px solid var(--gv-border);
+  border-radius: 3px; padding: 1px 6px; }
+.gv button:disabled { opacity: 0.6; }
+.gv :focus-visible { outline: 2px solid var(--gv-match); outline-offset: 1px; }
+.gv-bar { display: flex; gap: 6px; align-items: center; margin-bottom: 4px; flex-wrap: wrap; }
+.gv-info { min-height: 1.5em; overflow: hidden; white-space: nowrap; text-overflow: ellipsis; }
+.gv-panes { display: flex; gap: 8px; }
+.gv-pane { flex: 1; min-width: 0; }
+.gv-title { font-weight: bold; min-height: 1.5em; }
+.gv-stage { border: 1px solid var(--gv-border); height: 480px; overflow: hidden; cursor: grab; background: var(--gv-bg); }
+.gv-stage svg { width: 100%; height: 100%; display: block; }
+.gv-stage text { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; fill: var(--gv-box-fg); pointer-events: none; }
+.gv-box rect { stroke: var(--gv-stroke); }
+${Object.keys(KINDS).map((k) => `.gv-k-${k} rect, .gv-sw.gv-k-${k} { fill: var(--gv-${k === "line" ? "linebox" : k}); background: var(--gv-${k === "line" ? "linebox" : k}); }`).join("\n")}
+.gv-box.gv-added rect, .gv-sw.gv-added { stroke: var(--gv-added); border-color: var(--gv-added); stroke-width: 3; stroke-dasharray: 5 2; }
+.gv-box.gv-removed rect, .gv-sw.gv-removed { stroke: var(--gv-removed); border-color: var(--gv-removed); stroke-width: 3; stroke-dasharray: 5 2; }
+.gv-box.gv-changed rect, .gv-sw.gv-changed { stroke: var(--gv-changed); border-color: var(--gv-changed); stroke-width: 3; }
+.gv-box.gv-match rect, .gv-sw.gv-match { stroke: var(--gv-match); border-color: var(--gv-match); stroke-width: 3; }
+.gv-box.gv-selected rect, .gv-sw.gv-selected { stroke: var(--gv-sel); border-color: var(--gv-sel); stroke-width: 4; }
+.gv-box.gv-share rect, .gv-sw.gv-share { fill: var(--gv-share); background: var(--gv-share); }
+.gv-box.gv-run rect, .gv-sw.gv-run { fill: var(--gv-run); background: var(--gv-run); }
+.gv-box.gv-linked rect, .gv-sw.gv-linked { fill: var(--gv-linked); background: var(--gv-linked); stroke-width: 3; }
+.gv-edge { fill: none; stroke: var(--gv-line); }
+.gv-edge.gv-hot { stroke: var(--gv-sel); stroke-width: 2.5; }
+.gv-legend { display: flex; flex-wrap: wrap; gap: 4px 14px; margin: 4px 0; font-size: 12px; }
+.gv-legend span { display: inline-flex; align-items: center; gap: 4px; }
+.gv-sw { display: inline-block; width: 12px; height: 12px; border: 2px solid var(--gv-stroke); border-radius: 3px; background: var(--gv-bg); }
+.gv-details { margin-top: 6px; padding: 6px; border: 1px solid var(--gv-border); min-height: 2em; }
+.gv-details dt { font-weight: bold; float: left; clear: left; width: 8em; }
+.gv-details dd { margin-left: 8.5em; font-family: monospace; white-space: pre-wrap; max-height: 24em; overflow: auto; }
+.gv-path button { margin-right: 4px; }
+.gv-table table { border-collapse: collapse; font-size: 12px; }
+.gv-table td, .gv-table th { border: 1px solid var(--gv-border); padding: 1px 4px; text-align: left; }
+@media print { .gv-bar, .gv-info, .gv-table { display: none; } .gv-stage { height: auto !important; border: 0; }
+  .gv { --gv-bg: #fff; --gv-fg: #000; } }
+`;
+
+let arrows = 0;
+
+function svg(tag, attrs, parent) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+function tag(name, text, parent, cls) {
+  const node = document.createElement(name);
+  if (text !== undefined) node.textContent = text;
+  if (cls) node.className = cls;
+  if (parent) parent.appendChild(node);
+  return node;
+}
+
+async function decode(text) {        // graph_view._text: base64 of raw-deflated JSON
+  const bytes = Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate-raw"));
+  return JSON.parse(await new Response(stream).text());
+}
+
+function followTheme(root) {         // JupyterLab says on <body>; a plain page follows the system
+  const media = window.matchMedia("(prefers-color-scheme: dark)");
+  const apply = () => {
+    const lab = document.body.dataset.jpThemeLight;
+    root.classList.toggle("gv-dark", lab !== undefined ? lab === "false" : media.matches);
+  };
+  apply();
+  const observer = new MutationObserver(apply);
+  observer.observe(document.body, { attributes: true, attributeFilter: ["data-jp-theme-light"] });
+  media.addEventListener("change", apply);
+  return () => { observer.disconnect(); media.removeEventListener("change", apply); };
+}
+
+function drawBox(b, i, picture) {
+  const marks = b.mark ? [`gv-${b.mark}`] : [];
+  const g = svg("g", { class: ["gv-box", `gv-k-${b.kind}`, ...marks].join(" "), "data-box": i, "data-key": b.key }, picture);
+  svg("rect", { x: b.x, y: b.y, width: b.w, height: b.h, rx: 5 }, g);
+  const rows = b.lines.length === 1 ? [[b.lines[0], b.y + b.h / 2 + 4, FONT]]
+    : [[b.lines[0], b.y + 14, FONT], [b.lines[1], b.y + b.h - 6, SUB_FONT]];
+  for (const [text, y, size] of rows) {
+    svg("text", { x: b.x + b.w / 2, y, "font-size": size, "text-anchor": "middle" }, g).textContent = text;
+  }
+  svg("title", {}, g).textContent = b.title;
+  return g;
+}
+
+// One drawn graph: what is open in it, its view box, and what is marked in it.
+function makePane(graph, parent, hooks, side) {
+  const pane = tag("div", undefined, parent, "gv-pane");
+  tag("div", graph.title, pane, "gv-title");
+  const stage = tag("div", undefined, pane, "gv-stage");
+  stage.tabIndex = 0;
+  stage.setAttribute("role", "group");
+  stage.setAttribute("aria-label", `${graph.title || "graph"}: arrow keys move between boxes, Enter opens a module, `
+    + "Escape clears, + and - zoom");
+  const picture = svg("svg", { preserveAspectRatio: "xMidYMin meet", "aria-hidden": "true" }, stage);
+  const self = { graph, side, stage, expanded: new Set(graph.expanded), view: null, frame: null, selected: -1,
+    cursor: -1, step: -1, query: "", hits: [] };
+  const boxElement = (i) => picture.querySelector(`g[data-box="${i}"]`);
+
+  self.applyFrame = () => {
+    const f = self.frame;
+    picture.setAttribute("viewBox", `${f.x} ${f.y} ${f.w} ${f.h}`);
+  };
+  self.fit = () => {               // the width fitted, never magnified; taller views pan vertically
+    const width = stage.getBoundingClientRect().width || 760, v = self.view;
+    const scale = Math.min(1, width / v.width), height = Math.max(160, Math.min(600, v.height * scale + 2));
+    stage.style.height = `${height}px`;
+    const w = width / scale;
+    self.frame = { x: (v.width - w) / 2, y: 0, w, h: height / scale };
+    self.applyFrame();
+  };
+  self.relayout = () => {
+    self.view = viewOf(graph, self.expanded);
+    picture.replaceChildren();
+    const arrow = `gv-arrow-${++arrows}`;     // ids are page-wide: one per drawing
+    const marker = svg("marker", { id: arrow, viewBox: "0 0 6 6", refX: 6, refY: 3, markerWidth: 6,
+      markerHeight: 6, orient: "auto" }, svg("defs", {}, picture));
+    svg("path", { d: "M0,0 L6,3 L0,6 z", fill: "var(--gv-line)" }, marker);
+    self.view.edges.forEach((e, i) => {
+      svg("polyline", { points: e.points.map((p) => p.join(",")).join(" "), class: "gv-edge",
+        "marker-end": `url(#${arrow})`, "data-edge": i }, picture);
+    });
+    self.view.boxes.forEach((b, i) => {
+      const g = drawBox(b, i, picture);
+      g.addEventListener("click", () => hooks.click(self, i));
+      g.addEventListener("mouseenter", () => hooks.hover(self, i));
+      g.addEventListener("mouseleave", () => hooks.hover(self, -1));
+    });
+    self.cursor = self.view.boxOf.has(self.selected) ? self.view.boxOf.get(self.selected) : -1;
+    self.fit();
+    self.mark();
+  };
+  self.mark = () => {
+    for (const cls of ["gv-selected", "gv-run", "gv-match", "gv-linked"]) {
+      picture.querySelectorAll(`.${cls}`).forEach((g) => g.classList.remove(cls));
+    }
+    const boxOf = self.view.boxOf;
+    if (self.cursor >= 0) boxElement(self.cursor).classList.add("gv-selected");
+    if (self.selected >= 0) {
+      for (const k of graph.nodes[self.selected].links) {     // what the clicked node became, or came from
+        if (boxOf.get(k) !== boxOf.get(self.selected)) boxElement(boxOf.get(k)).classList.add("gv-linked");
+      }
+    }
+    const running = graph.order[self.step];
+    if (self.step >= 0 && boxOf.has(running)) boxElement(boxOf.get(running)).classList.add("gv-run");
+    self.hits = [];
+    if (self.query) {
+      self.view.boxes.forEach((b, i) => {
+        const texts = b.members.map((m) => `${graph.nodes[m].label} ${graph.nodes[m].path}`.toLowerCase());
+        if (texts.some((t) => t.includes(self.query))) self.hits.push(i);
+      });
+      self.hits.forEach((i) => boxElement(i).classList.add("gv-match"));
+    }
+  };
+  self.centreOn = (i) => {
+    const b = self.view.boxes[i];
+    self.frame.x = b.x + b.w / 2 - self.frame.w / 2;
+    self.frame.y = Math.max(0, b.y + b.h / 2 - self.frame.h / 2);
+    self.applyFrame();
+  };
+  self.hover = (i) => {
+    picture.querySelectorAll(".gv-hot, .gv-share").forEach((x) => x.classList.remove("gv-hot", "gv-share"));
+    if (i < 0) return "";
+    const edges = self.view.edges.filter((e) => e.from === i || e.to === i);
+    self.view.edges.forEach((e, k) => {
+      if (e.from === i || e.to === i) picture.querySelector(`polyline[data-edge="${k}"]`).classList.add("gv-hot");
+    });
+    const mine = new Set(self.view.boxes[i].members.flatMap((m) => graph.nodes[m].storages));
+    let sharing = 0;
+    self.view.boxes.forEach((b, k) => {
+      if (k !== i && b.members.some((m) => graph.nodes[m].storages.some((s) => mine.has(s)))) {
+        boxElement(k).classList.add("gv-share");
+        sharing += 1;
+      }
+    });
+    return `${self.view.boxes[i].title}: ${edges.length} edges, ${sharing} boxes share its saved memory`;
+  };
+  panZoom(self, stage);
+  stage.addEventListener("keydown", (event) => hooks.key(self, event));
+  return self;
+}
+
+function panZoom(self, stage) {
+  let drag = null;
+  self.zoom = (scale, px, py) => {
+    const f = self.frame;
+    self.frame = { x: px - (px - f.x) * scale, y: py - (py - f.y) * scale, w: f.w * scale, h: f.h * scale };
+    self.applyFrame();
+  };
+  stage.addEventListener("wheel", (event) => {
+    event.preventDefault();
+    const f = self.frame, r = stage.getBoundingClientRect();
+    self.zoom(event.deltaY > 0 ? 1.15 : 1 / 1.15, f.x + ((event.clientX - r.left) / r.width) * f.w,
+      f.y + ((event.clientY - r.top) / r.height) * f.h);
+  }, { passive: false });
+  stage.addEventListener("mousedown", (event) => { drag = { x: event.clientX, y: event.clientY, frame: { ...self.frame } }; });
+  stage.addEventListener("mouseup", () => { drag = null; });
+  stage.addEventListener("mouseleave", () => { drag = null; });
+  stage.addEventListener("mousemove", (event) => {
+    if (!drag) return;
+    const r = stage.getBoundingClientRect();
+    self.frame.x = drag.frame.x - ((event.clientX - drag.x) / r.width) * self.frame.w;
+    self.frame.y = drag.frame.y - ((event.clientY - drag.y) / r.height) * self.frame.h;
+    self.applyFrame();
+  });
+}
+
+// Where an arrow key goes from box i: along an edge (down: where it leads, up: where it came from), or to
+// the nearest box in the same row.
+function neighbour(view, i, key) {
+  const b = view.boxes[i], centre = (k) => view.boxes[k].x + view.boxes[k].w / 2;
+  let options = [];
+  if (key === "ArrowDown") options = view.edges.filter((e) => e.from === i).map((e) => e.to);
+  else if (key === "ArrowUp") options = view.edges.filter((e) => e.to === i).map((e) => e.from);
+  else {
+    const right = key === "ArrowRight";
+    options = view.boxes.map((_, k) => k).filter((k) => view.boxes[k].y === b.y && k !== i
+      && (right ? centre(k) > centre(i) : centre(k) < centre(i)));
+  }
+  options.sort((p, q) => Math.abs(centre(p) - centre(i)) - Math.abs(centre(q) - centre(i)) || p - q);
+  return options.length ? options[0] : i;
+}
+
+function legend(parent, panes) {
+  parent.replaceChildren();
+  const kinds = new Set(), marks = new Set();
+  for (const p of panes) for (const b of p.view.boxes) { kinds.add(b.kind); if (b.mark) marks.add(b.mark); }
+  const states = ["selected", "match", "share"];
+  if (panes.some((p) => p.graph.nodes.some((n) => n.links.length))) states.push("linked");
+  if (panes[0].graph.order.length) states.push("run");
+  const items = [...[...kinds].map((k) => [`gv-k-${k}`, KINDS[k]]), ...[...marks].map((m) => [`gv-${m}`, MARKS[m]]),
+    ...states.map((s) => [`gv-${s}`, STATES[s]])];
+  for (const [cls, text] of items) {
+    const item = tag("span", undefined, parent);
+    tag("i", undefined, item, `gv-sw ${cls}`);
+    tag("span", text, item);
+  }
+}
+
+function nodeTable(parent, panes) {   // built when opened: every node, for screen readers and the find bar
+  parent.replaceChildren();
+  for (const p of panes) {
+    const table = tag("table", undefined, parent);
+    tag("caption", p.graph.title || "nodes", table);
+    const head = tag("tr", undefined, tag("thead", undefined, table));
+    for (const h of ["node", "label", "kind", "module", "saved bytes", "leads to"]) tag("th", h, head).scope = "col";
+    const body = tag("tbody", undefined, table);
+    p.graph.nodes.forEach((n, i) => {
+      const row = tag("tr", undefined, body);
+      for (const text of [String(i), n.label, n.kind, n.path || "(outside modules)", n.savedBytes.toLocaleString("en-US"),
+        n.targets.map((t) => p.graph.nodes[t].label).join(", ")]) tag("td", text, row);
+    });
+  }
+}
+
+async function render({ model, el }) {
+  const texts = [model.get("graph"), model.get("other")].filter(Boolean);
+  const graphs = (await Promise.all(texts.map(decode))).map(unpackState);
+  const root = tag("div", undefined, el, "gv");
+  tag("style", CSS, root);
+  const untheme = followTheme(root);
+  const bar = tag("div", undefined, root, "gv-bar");
+  const search = tag("input", undefined, bar, "gv-search");
+  search.placeholder = "search nodes";
+  search.setAttribute("aria-label", "search nodes by label or module");
+  const reset = tag("button", "first view", bar, "gv-reset");
+  const collapse = tag("button", "− collapse all", bar, "gv-collapse");
+  const expand = tag("button", "+ expand all", bar, "gv-expand");
+  const counts = tag("span", "", bar, "gv-count");
+  const back = tag("button", "◀ step", bar, "gv-back");
+  const forward = tag("button", "step ▶", bar, "gv-forward");
+  const play = tag("button", "play", bar, "gv-play");
+  const fit = tag("button", "fit", bar, "gv-fit");
+  const legendBox = tag("div", undefined, root, "gv-legend");
+  const info = tag("div", "", root, "gv-info");
+  info.setAttribute("aria-live", "polite");
+  const row = tag("div", undefined, root, "gv-panes");
+  const panel = tag("div", "Click a box for its details; click a module to open it.", root, "gv-details");
+  const tableBox = tag("details", undefined, root, "gv-table");
+  tag("summary", "The nodes as a table", tableBox);
+  const tableBody = tag("div", undefined, tableBox);
+  tableBox.addEventListener("toggle", () => { if (tableBox.open) nodeTable(tableBody, panes); });
+  let timer = null;
+
+  function sync(name, value) {
+    model.set(name, value);
+    try {
+      model.save_changes();          // to the kernel, when there is one
+    } catch (error) {
+      // a static page has no kernel to tell: the view keeps working on its own
+    }
+  }
+
+  function showNode(pane, node) {
+    panel.replaceChildren();
+    const n = pane.graph.nodes[node], where = panes.length > 1 ? `${pane.graph.title}: ` : "";
+    tag("div", `${where}${n.label} (node ${node})`, panel, "gv-heading");
+    const list = tag("dl", undefined, panel);
+    for (const [field, text] of n.rows) { tag("dt", field, list); tag("dd", text, list); }
+    const path = tag("div", "module path (click to collapse): ", panel, "gv-path");
+    n.group.forEach((module) => {
+      const button = tag("button", module, path);
+      button.title = `collapse ${module}`;
+      button.addEventListener("click", () => setOpen(pane, module, false));
+    });
+    if (!n.group.length) tag("span", "(outside modules)", path);
+    info.textContent = `selected ${n.label}` + (n.path ? ` in ${n.path}` : "");
+  }
+
+  function showModule(pane, box) {
+    panel.replaceChildren();
+    tag("div", box.title, panel, "gv-heading");
+    tag("div", "Press Enter or click it to open this module alone.", panel);
+    info.textContent = `module ${box.title}`;
+  }
+
+  function select(pane, node) {       // one selection: the other pane shows the node the diff matched to it
+    for (const p of panes) { p.selected = -1; p.cursor = -1; }
+    if (node >= 0) {
+      pane.selected = node;
+      const other = panes.find((p) => p !== pane);
+      const pair = other && pane.graph.matched.concat(other.graph.matched).find((m) => m[pane.side] === node);
+      if (other && pair) other.selected = pair[other.side];
+    }
+    for (const p of panes) { p.cursor = p.view.boxOf.has(p.selected) ? p.view.boxOf.get(p.selected) : -1; p.mark(); }
+    if (node >= 0) showNode(pane, node);
+    else { panel.replaceChildren(); info.textContent = "selection cleared"; }
+    sync("selected", panes[0].selected);
+  }
+
+  function setOpen(pane, path, open) {
+    const targets = panes.length > 1 ? panes : [pane];           // a diff opens the same module on both sides
+    for (const p of targets) {
+      if (open) p.expanded.add(path);
+      else for (const q of [...p.expanded]) if (q === path || q.startsWith(path + ".")) p.expanded.delete(q);
+      p.relayout();
+    }
+    const box = pane.view.boxOf.get(pane.selected >= 0 ? pane.selected
+      : pane.graph.nodes.findIndex((n) => n.group.includes(path)));
+    if (box !== undefined) pane.centreOn(box);
+    info.textContent = `${open ? "opened" : "collapsed"} ${path}: ${pane.view.boxes.length} boxes`;
+    afterLayout();
+  }
+
+  function setAll(expanded) {
+    for (const p of panes) { p.expanded = new Set(expanded(p)); p.relayout(); }
+    afterLayout();
+  }
+
+  function afterLayout() {
+    counts.textContent = panes.map((p) => `${p.view.boxes.length} boxes of ${p.graph.nodes.length} nodes`).join(" | ");
+    legend(legendBox, panes);
+    sync("expanded", [...panes[0].expanded].sort());
+  }
+
+  const hooks = {
+    click(pane, i) {
+      const b = pane.view.boxes[i];
+      if (b.kind === "group") return setOpen(pane, b.key.slice(2), true);
+      select(pane, b.members[0]);
+    },
+    hover(pane, i) { info.textContent = pane.hover(i); },
+    key(pane, event) {
+      const v = pane.view;
+      if (event.key === "Escape") { select(pane, -1); }
+      else if (event.key === "Enter" && pane.cursor >= 0) { hooks.click(pane, pane.cursor); }
+      else if (event.key === "+" || event.key === "-") {
+        const f = pane.frame;
+        pane.zoom(event.key === "+" ? 1 / 1.25 : 1.25, f.x + f.w / 2, f.y + f.h / 2);
+      } else if (event.key.startsWith("Arrow")) {
+        const next = pane.cursor < 0 ? 0 : neighbour(v, pane.cursor, event.key), b = v.boxes[next];
+        if (b.kind === "group") {
+          select(pane, -1);
+          pane.cursor = next;
+          pane.mark();
+          showModule(pane, b);
+        } else select(pane, b.members[0]);
+        pane.centreOn(next);
+      } else return;
+      event.preventDefault();
+    },
+  };
+  const panes = graphs.map((g, k) => makePane(g, row, hooks, k));
+
+  function setStep(s) {
+    const pane = panes[0], order = pane.graph.order;
+    pane.step = Math.max(-1, Math.min(order.length - 1, s));
+    pane.mark();
+    sync("step", pane.step);
+    if (pane.step < 0) return;
+    const n = pane.graph.nodes[order[pane.step]];
+    info.textContent = `step ${pane.step + 1} of ${order.length}: runs ${n.label}` + (n.kind === "leaf" ? ` and fills ${n.label}.grad` : "");
+  }
+
+  search.addEventListener("input", () => {
+    const query = search.value.trim().toLowerCase();
+    panes.forEach((p) => { p.query = query; p.mark(); });
+    if (!query) return;
+    info.textContent = `${panes.map((p) => p.hits.length).join(" | ")} boxes match "${search.value.trim()}"`;
+    panes.forEach((p) => { if (p.hits.length) p.centreOn(p.hits[0]); });
+  });
+  reset.addEventListener("click", () => setAll((p) => p.graph.expanded));
+  collapse.addEventListener("click", () => setAll(() => []));
+  expand.addEventListener("click", () => setAll((p) => p.graph.nodes.flatMap((n) => n.group)));
+  back.addEventListener("click", () => setStep(panes[0].step - 1));
+  forward.addEventListener("click", () => setStep(panes[0].step + 1));
+  fit.addEventListener("click", () => panes.forEach((p) => p.fit()));
+  for (const button of [back, forward, play]) button.hidden = !panes[0].graph.order.length;
+  play.addEventListener("click", () => {
+    if (timer) { clearInterval(timer); timer = null; play.textContent = "play"; return; }
+    play.textContent = "pause";
+    timer = setInterval(() => {
+      if (panes[0].step >= panes[0].graph.order.length - 1) { clearInterval(timer); timer = null; play.textContent = "play"; return; }
+      setStep(panes[0].step + 1);
+    }, 400);
+  });
+  model.on("change:selected", () => { if (model.get("selected") !== panes[0].selected) select(panes[0], model.get("selected")); });
+  model.on("change:step", () => { if (model.get("step") !== panes[0].step) setStep(model.get("step")); });
+  model.on("change:expanded", () => {
+    const wanted = model.get("expanded");
+    if (wanted.join("\n") === [...panes[0].expanded].sort().join("\n")) return;
+    panes[0].expanded = new Set(wanted);
+    panes[0].relayout();
+    afterLayout();
+  });
+
+  panes[0].expanded = new Set(model.get("expanded"));         // the trait: Python's first view, or what was saved
+  panes.forEach((p) => p.relayout());
+  afterLayout();
+  if (model.get("selected") >= 0) select(panes[0], model.get("selected"));
+  if (model.get("step") >= 0) setStep(model.get("step"));
+  return () => { if (timer) clearInterval(timer); untheme(); };
+}
+
+export default { render };
