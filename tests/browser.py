@@ -70,32 +70,110 @@ def local_page(*origins: str):
 
 def stored_graph(notebook, label: str) -> dict:
     """The stored graph view of a committed notebook that has a node labelled `label`, as its front-end
-    receives it."""
+    decodes it."""
     import json
 
+    from nbhelpers import graph_view
+
     state = json.loads(notebook.read_text())["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]
-    graphs = [json.loads(m["state"]["graph"]) for m in state["state"].values() if "graph" in m["state"]]
+    graphs = [graph_view._untext(m["state"]["graph"]) for m in state["state"].values() if "graph" in m["state"]]
     (graph,) = [g for g in graphs if any(n[0] == label for n in g["nodes"])]
     return graph
 
 
 def view_with(page, label: str):
-    """The drawn graph view on `page` whose text includes `label`."""
-    return page.locator(".gv").filter(has_text=label)
+    """The drawn graph view on `page` with a box whose full label (its tooltip) is `label`."""
+    return page.locator(".gv").filter(has=page.locator("g.gv-box > title", has_text=label))
 
 
-# A box's text content also holds its <title> (the tooltip): compare the drawn <text> only.
+# A box's drawn text may be cut to fit; its <title> (the tooltip) is the whole label.
 _BOX_INDEX = """(view, label) => [...view.querySelectorAll("g.gv-box")]
-    .find((g) => g.querySelector("text").textContent === label).dataset.box"""
-_LIT = """(view) => [...view.querySelectorAll("g.gv-box.gv-linked")].map((g) => g.querySelector("text").textContent)"""
+    .find((g) => g.querySelector("title").textContent === label).dataset.box"""
+_LIT = """(view) => [...view.querySelectorAll("g.gv-box.gv-linked")].map((g) => g.querySelector("title").textContent)"""
 
 
 def click_box(view, label: str) -> None:
-    view.locator(f'g.gv-box[data-box="{view.evaluate(_BOX_INDEX, label)}"]').click()
+    """Click the box labelled `label`, wherever the view has panned (a click event, as a mouse gives)."""
+    view.locator(f'g.gv-box[data-box="{view.evaluate(_BOX_INDEX, label)}"]').first.dispatch_event("click")
+
+
+def click_key(view, key: str) -> None:
+    view.locator(f'g.gv-box[data-key="{key}"]').first.dispatch_event("click")
+
+
+def box_keys(view) -> set[str]:
+    return set(view.evaluate("""(v) => [...v.querySelectorAll("g.gv-box")].map((g) => g.dataset.key)"""))
 
 
 def lit_labels(view) -> set[str]:
     return set(view.evaluate(_LIT))
+
+
+# Every label of every view on the page: its drawn box against its rect, and its size on screen at the
+# view's current zoom (font-size x the stage's pixels per unit).
+LABEL_FIT = """() => [...document.querySelectorAll(".gv-pane")].flatMap((pane) => {
+    const svg = pane.querySelector(".gv-stage svg"), scale = svg.clientWidth / svg.viewBox.baseVal.width;
+    return [...pane.querySelectorAll("g.gv-box")].flatMap((g) => {
+      const r = g.querySelector("rect").getBBox();
+      return [...g.querySelectorAll("text")].map((t) => {
+        const b = t.getBBox(), inside = b.x >= r.x - 0.5 && b.y >= r.y - 0.5 && b.x + b.width <= r.x + r.width + 0.5
+          && b.y + b.height <= r.y + r.height + 0.5;
+        return { key: g.dataset.key, text: t.textContent, inside, px: Number(t.getAttribute("font-size")) * scale };
+      });
+    });
+  })"""
+
+
+def check_labels_fit(page, min_px: float = 10.0) -> int:
+    """Every label on `page` inside its box and at least `min_px` on screen; returns how many were measured."""
+    labels = page.evaluate(LABEL_FIT)
+    outside = [(x["key"], x["text"]) for x in labels if not x["inside"]]
+    small = sorted({(x["key"], round(x["px"], 1)) for x in labels if x["px"] < min_px})
+    assert labels and not outside and not small, (outside[:5], small[:5])
+    return len(labels)
+
+
+def check_one_module_opens(view) -> None:
+    """02's ResNet view, opened with only the model expanded: a click opens layer1 alone, a click on a node
+    inside it and then on `ResNet.layer1` in its module path shuts it again."""
+    assert {"g:ResNet.layer1", "g:ResNet.layer2", "g:ResNet.layer4"} <= box_keys(view)
+    click_key(view, "g:ResNet.layer1")
+    keys = box_keys(view)
+    assert {"g:ResNet.layer1.0", "g:ResNet.layer1.1", "g:ResNet.layer2", "g:ResNet.layer3"} <= keys, keys
+    assert not any(k.startswith("g:ResNet.layer2.") for k in keys) and "g:ResNet.layer1" not in keys
+    assert view.locator(".gv-count").inner_text() == "13 boxes of 133 nodes"
+    click_key(view, "g:ResNet.layer1.0")
+    node = next(k for k in box_keys(view) - keys if k.startswith("n:"))      # a node of layer1.0, now drawn
+    click_key(view, node)
+    assert "ResNet.layer1.0" in view.locator(".gv-details").inner_text()
+    view.locator(".gv-path button", has_text="ResNet.layer1").first.click()
+    assert box_keys(view) == keys - {"g:ResNet.layer1.0", "g:ResNet.layer1.1"} | {"g:ResNet.layer1"}
+
+
+def check_keyboard(view) -> None:
+    """Tab into the view: arrows move the selection along edges, Enter opens a module, Escape clears."""
+    view.locator(".gv-stage").first.focus()
+    view.page.keyboard.press("ArrowDown")
+    first = view.locator("g.gv-box.gv-selected").get_attribute("data-key")
+    view.page.keyboard.press("ArrowDown")
+    second = view.locator("g.gv-box.gv-selected").get_attribute("data-key")
+    assert first != second and view.locator("g.gv-box.gv-selected").count() == 1
+    assert view.locator(".gv-info").inner_text().startswith(("selected ", "module "))
+    view.page.keyboard.press("Escape")
+    assert view.locator("g.gv-box.gv-selected").count() == 0
+
+
+def check_diff(view, titles: tuple[str, str], legend: str) -> None:
+    """A diff's panes are titled, its legend names what its outlines mean, and a click selects one node:
+    on both sides where the diff matched it, with one details panel."""
+    assert tuple(view.locator(".gv-title").all_inner_texts()) == titles
+    assert legend in view.locator(".gv-legend").inner_text()
+    left, right = view.locator(".gv-pane").nth(0), view.locator(".gv-pane").nth(1)
+    left.locator("g.gv-box[data-key^='n:']").first.dispatch_event("click")
+    right.locator("g.gv-box[data-key^='n:']").first.dispatch_event("click")
+    assert left.locator("g.gv-box.gv-selected").count() <= 1 and right.locator("g.gv-box.gv-selected").count() == 1
+    assert view.locator(".gv-details .gv-heading").count() == 1
+    assert view.locator(".gv-details .gv-heading").inner_text().startswith(titles[1] + ": ")
 
 
 def check_compile_view_clicks(view, graph: dict, line: str, code: str) -> None:

@@ -73,7 +73,7 @@ WRONG_CALLS = [
     ("graph_view.show", lambda tmp: graph_view.show(autograd_graph.trace(_model()(torch.rand(1, 4)).sum())), "data"),
     ("graph_view.show", lambda tmp: graph_view.show(_graph_data(), selected="7"), "selected"),
     ("graph_view.show", lambda tmp: graph_view.show(_graph_data(), selected=10 ** 6), "selected"),
-    ("graph_view.render_svg", lambda tmp: graph_view.render_svg(graph_view.views(_graph_data())[0], selected="7"),
+    ("graph_view.render_svg", lambda tmp: graph_view.render_svg(graph_view.view(_graph_data()), selected="7"),
      "selected"),
     ("graph_view.show_diff", lambda tmp: graph_view.show_diff(None), "d"),
     ("graph_view.show_diff", lambda tmp: graph_view.show_diff(_graph_data()), "d"),

@@ -233,7 +233,7 @@ def test_the_view_links_lines_to_fx_nodes_and_kernels():
     assert from_line | {kernel} == set(data.nodes[line].links)              # a click lights them up
     assert line in data.nodes[kernel].links and from_line & set(data.nodes[kernel].links)
     assert dict(graph_view.details(data, kernel))["source"].count("\n") < 60  # the C++, its first lines
-    assert graph_view.views(data)                                            # it lays out
+    assert graph_view.view(data).boxes                                       # it lays out
 
 
 def test_a_break_sits_between_its_graphs_and_its_panel_names_the_code():

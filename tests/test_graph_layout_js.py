@@ -77,7 +77,7 @@ class Named(nn.Module):
 
     def forward(self, x):
         return self.img_src_x_onerror(self.a_very_long_submodule_name_that_cannot_fit_in_any_box_at_all(
-            getattr(self, "编码器")(x)))
+            self.编码器(x)))
 
 
 @functools.cache

@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from nbhelpers import autograd_graph, graph_layout, graph_view, models, module_scope
+from nbhelpers import autograd_graph, graph_boxes, graph_layout, graph_view, models, module_scope
+from tests import REPO
 
 
 def _graph(model, x):
@@ -59,35 +60,69 @@ def _check_drawing(boxes, edges):
                     assert not _segment_hits_box(p, q, box), f"edge {src}->{dst} crosses box {k}"
 
 
+def _modules(data) -> list[str]:
+    return list(dict.fromkeys(p for n in data.nodes for p in n.group))
+
+
+def _openings(data) -> list[frozenset[str]]:
+    """Nothing open, the first view, one stage of ResNet open alone, everything open."""
+    paths = _modules(data)
+    return [frozenset(), graph_boxes.first_expansion(data), frozenset(paths[:1] + paths[5:6]), frozenset(paths)]
+
+
 @pytest.mark.parametrize("make", [_cnn, _resnet18], ids=["cnn", "resnet18"])
-def test_no_overlap_and_no_edge_through_a_box_at_every_depth(make):
-    for view in graph_view.views(make()):
+def test_no_overlap_and_no_edge_through_a_box_whatever_is_open(make):
+    for opened in _openings(make()):
+        view = graph_view.view(make(), opened)
         boxes = [(b.x, b.y, b.w, b.h) for b in view.boxes]
         _check_drawing(boxes, [(e.src, e.dst, e.points) for e in view.edges])
 
 
 def test_the_same_graph_gives_byte_identical_svg():
-    first = [graph_view.render_svg(v) for v in graph_view.views(_cnn.__wrapped__())]    # two fresh traces
-    second = [graph_view.render_svg(v) for v in graph_view.views(_cnn.__wrapped__())]
+    first = [graph_view.render_svg(graph_view.view(_cnn.__wrapped__(), o)) for o in _openings(_cnn())]   # fresh
+    second = [graph_view.render_svg(graph_view.view(_cnn.__wrapped__(), o)) for o in _openings(_cnn())]  # traces
     assert first == second
 
 
 def test_collapsed_boxes_follow_the_module_tree():
     data = _resnet18()
-    all_views = graph_view.views(data)
-    for view in all_views:
-        for box in view.boxes:
+    for opened in _openings(data):
+        for box in graph_view.view(data, opened).boxes:
             if box.kind == "group":
                 module = box.key[2:]
                 expected = tuple(i for i, n in enumerate(data.nodes) if module in n.group)
                 assert box.members == expected
-                assert all(n.group.index(module) == view.depth for n in (data.nodes[i] for i in expected))
-                assert box.nbytes == sum(data.nodes[i].saved_bytes for i in expected)
-    assert len(all_views[-1].boxes) == len(data.nodes)                 # the deepest view shows every node
-    labels = {b.key: b.label for b in all_views[2].boxes if b.kind == "group"}
-    assert labels["g:ResNet.layer1.0"] == "0" and labels["g:ResNet.layer2.1"] == "1"   # below layer1, layer2
-    first = graph_view.first_depth(all_views)
-    assert len(all_views[first].boxes) <= graph_view.MAX_BOXES
+                assert all(set(n.group[:n.group.index(module)]) <= opened for n in (data.nodes[i] for i in expected))
+                assert module not in opened and box.nbytes == sum(data.nodes[i].saved_bytes for i in expected)
+    assert len(graph_view.view(data, _modules(data)).boxes) == len(data.nodes)       # all open: every node
+
+
+def test_opening_one_module_leaves_its_siblings_collapsed_and_names_them_from_the_root():
+    data = _resnet18()
+    view = graph_view.view(data, {"ResNet", "ResNet.layer1"})
+    groups = {b.key: b.lines for b in view.boxes if b.kind == "group"}
+    assert groups["g:ResNet.layer1.0"] == ("layer1.0 · BasicBlock", "13 nodes · 691 kB saved")
+    assert groups["g:ResNet.layer2"][0] == "layer2 · Sequential" and "g:ResNet.layer2.0" not in groups
+    assert groups["g:ResNet.layer2"][1] == f"31 nodes · {graph_boxes._size(_saved(data, 'ResNet.layer2'))} saved"
+
+
+def _saved(data, module: str) -> int:
+    return sum(n.saved_bytes for n in data.nodes if module in n.group)
+
+
+def test_the_first_view_is_legible_at_a_notebooks_width():
+    for data in (_cnn(), _resnet18()):
+        view = graph_view.view(data)
+        assert len(view.boxes) <= graph_boxes.MAX_BOXES
+        scale = min(1.0, graph_boxes.STAGE_W / view.width)
+        assert graph_boxes.SUB_FONT * scale >= graph_boxes.MIN_TEXT_PX      # the smallest text, fitted
+        deeper = _children_open(data, view.expanded)
+        assert deeper == view.expanded or not graph_boxes.legible(graph_view.view(data, deeper))   # the deepest
+
+
+def _children_open(data, opened: frozenset[str]) -> frozenset[str]:
+    return opened | {n.group[k + 1] for n in data.nodes for k in range(len(n.group) - 1)
+                     if set(n.group[:k + 1]) <= opened}
 
 
 def test_layout_reduces_crossings_beyond_the_first_order():
@@ -103,15 +138,17 @@ def test_a_cycle_is_laid_out_but_refused_as_view_data():
     assert len(drawing.routes) == 3 and graph_layout.cycle_edges(3, [(0, 1), (1, 2), (2, 0)]) == [2]
     nodes = tuple(graph_view.ViewNode(f"n{i}", "op") for i in range(3))
     with pytest.raises(ValueError, match="has a cycle.*pass a DAG"):
-        graph_view.views(graph_view.GraphData(nodes, ((0, 1), (1, 2), (2, 0))))
+        graph_view.view(graph_view.GraphData(nodes, ((0, 1), (1, 2), (2, 0))))
 
 
 def test_bad_input_is_refused_with_what_to_pass():
     with pytest.raises(ValueError, match="no nodes"):
-        graph_view.views(graph_view.GraphData((), ()))
+        graph_view.view(graph_view.GraphData((), ()))
     one = (graph_view.ViewNode("a", "op"),)
     with pytest.raises(ValueError, match=r"has an edge \(0, 5\) to a node that does not exist"):
-        graph_view.views(graph_view.GraphData(one, ((0, 5),)))
+        graph_view.view(graph_view.GraphData(one, ((0, 5),)))
+    with pytest.raises(TypeError, match=r"`expanded` must be module paths"):
+        graph_view.view(graph_view.GraphData(one, ()), "NeuralNetwork")
     with pytest.raises(ValueError, match=r"`selected` is 7, not a node id; pass an int in 0\.\.0"):
         graph_view.show(graph_view.GraphData(one, ()), selected=7)
     with pytest.raises(ValueError, match="widths has 1 entries for 2 nodes"):
@@ -121,7 +158,7 @@ def test_bad_input_is_refused_with_what_to_pass():
 def test_a_hostile_name_is_escaped_in_the_svg():
     hostile = '<img src=x onerror="alert(1)">&'
     nodes = (graph_view.ViewNode(hostile, "op"), graph_view.ViewNode("b", "leaf"))
-    svg = graph_view.render_svg(graph_view.views(graph_view.GraphData(nodes, ((0, 1),)))[0])
+    svg = graph_view.render_svg(graph_view.view(graph_view.GraphData(nodes, ((0, 1),))))
     assert "<img" not in svg and "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;" in svg
 
 
@@ -136,14 +173,17 @@ def test_details_are_what_backward_needs_to_know():
     assert dict(graph_view.details(data, leaf))["fills"].endswith(".grad")
 
 
-def test_the_widget_state_is_small_and_sorted():
+def test_the_widget_state_is_the_graph_deflated():
     data = _resnet18()
     widget = graph_view.show(data)
-    per_node = len(widget.graph) / len(data.nodes)              # the trait is compact JSON text
-    assert json.loads(widget.graph) == graph_view._state(data)
-    assert per_node * 500 <= 150_000, f"{per_node:.0f} B per node"    # measured 233 (ResNet-18), 236 (ResNet-50)
+    per_node = len(widget.graph) / len(data.nodes)              # base64 of deflated JSON
+    assert graph_view._untext(widget.graph) == graph_view._state(data, graph_boxes.first_expansion(data))
+    assert per_node * 2000 <= 100_000, f"{per_node:.0f} B per node"   # measured 32 (ResNet-18)
+    assert widget.expanded == sorted(graph_boxes.first_expansion(data))
     bundle = widget._repr_mimebundle_()
     assert bundle["image/svg+xml"].startswith("<svg") and "application/vnd.jupyter.widget-view+json" in bundle
+    widget.expanded = ["ResNet", "ResNet.layer1"]               # what the learner opened is what the SVG shows
+    assert "layer1.0 · BasicBlock" in widget._repr_mimebundle_()["image/svg+xml"]
 
 
 def test_the_diff_of_checkpointing_accounts_for_every_saved_byte():
@@ -181,27 +221,6 @@ def test_a_diff_marks_what_only_one_side_has():
     assert ("diff", "removed") in graph_view.details(changes.a, 1)
 
 
-def _decoded_route(packed_view, edge, box_h, layer_gap):
-    """graph_view.js's route(), in Python: the compact state must give back the drawn polyline."""
-    s, d = packed_view["boxes"][edge[0]], packed_view["boxes"][edge[1]]
-    step, down = box_h + layer_gap, d[2] > s[2]
-    points = [(s[1] + s[3] / 2, s[2] + box_h if down else s[2])]
-    for k, x in enumerate(edge[2:]):
-        top = s[2] + (k + 1) * step if down else s[2] - (k + 1) * step
-        points += [(x, top), (x, top + box_h)] if down else [(x, top + box_h), (x, top)]
-    return points + [(d[1] + d[3] / 2, d[2] if down else d[2] + box_h)]
-
-
-def test_the_compact_state_gives_back_every_drawn_edge():
-    data = _resnet18()
-    state = graph_view._state(data)
-    for view, packed in zip(graph_view.views(data), state["views"]):
-        for drawn, edge in zip(view.edges, packed["edges"]):
-            decoded = _decoded_route(packed, edge, state["box_h"], state["layer_gap"])
-            assert len(decoded) == len(drawn.points)
-            assert all(abs(a - c) <= 1 and abs(b - e) <= 1 for (a, b), (c, e) in zip(decoded, drawn.points))
-
-
 def test_a_shared_submodule_keeps_each_nodes_own_chain_in_the_state():
     class Pair(nn.Module):
         def __init__(self):
@@ -213,7 +232,7 @@ def test_a_shared_submodule_keeps_each_nodes_own_chain_in_the_state():
             return self.dec(self.enc(x))
 
     data = _graph(Pair(), torch.randn(2, 3))
-    state = graph_view._state(data)
+    state = graph_view._state(data, frozenset())
 
     def chain(index):                                         # what graph_view.js's chainOf() rebuilds
         out = []
@@ -245,7 +264,7 @@ def test_an_empty_layout_is_empty():
     assert drawing.boxes == () and drawing.routes == ()
 
 
-NOTEBOOKS = sorted((graph_view._ESM.parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -254,5 +273,22 @@ def test_stored_graph_views_carry_the_current_front_end(path):
     state = json.loads(path.read_text()).get("metadata", {}).get("widgets", {})
     models_ = state.get("application/vnd.jupyter.widget-state+json", {}).get("state", {}).values()
     stored = [m["state"]["_esm"] for m in models_ if "graph" in m["state"] and "_esm" in m["state"]]
-    stale = sum(esm != graph_view._ESM.read_text() for esm in stored)
+    stale = sum(esm != graph_view.esm() for esm in stored)
     assert not stale, f"{stale} of {len(stored)} stored views run an old graph_view.js: make execute NB={path}"
+
+
+def test_a_diff_names_its_sides_and_carries_the_matched_pairs():
+    from nbhelpers import graph_diff
+
+    a = graph_view.GraphData((graph_view.ViewNode("x", "op"), graph_view.ViewNode("y", "leaf")), ((0, 1),),
+                             title="torch.compile, as built")
+    b = graph_view.GraphData((graph_view.ViewNode("x", "op"), graph_view.ViewNode("z", "leaf")), ((0, 1),),
+                             title="torch.compile, as built")
+    changes = graph_diff.diff(a, b)
+    left, right = (graph_view._untext(t) for t in (lambda w: (w.graph, w.other))(graph_view.show_diff(changes)))
+    assert (left["title"], right["title"]) == ("torch.compile, as built (a)", "torch.compile, as built (b)")
+    assert right["matched"] == [[0, 0]]
+    named = graph_view.show_diff(changes, titles=("eager", "with checkpointing"))
+    assert graph_view._untext(named.other)["title"] == "with checkpointing"
+    with pytest.raises(TypeError, match="`titles` must be two non-empty strings"):
+        graph_view.show_diff(changes, titles=("eager", ""))

@@ -11,6 +11,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from nbhelpers._tools import notebook_tools
 from tests import REPO, browser
 
+SERIES = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))     # all 13: every page is checked
 COMPILE_NB = REPO / "notebooks" / "05_compile_backends.ipynb"
 CUSTOM_OPS_NB = REPO / "notebooks" / "11_custom_ops.ipynb"
 
@@ -61,10 +62,7 @@ def site(tmp_path_factory):
     widget_nb = _executed(root / "99_widget.ipynb", "import ipywidgets\nipywidgets.IntSlider(value=3, description='n')")
     hostile_nb = _executed(root / "98_hostile.ipynb", HOSTILE_CELL)
     big_nb = _executed(root / "97_big.ipynb", BIG_CELL)
-    pages = notebook_tools.build_site([REPO / "notebooks" / "00_environment.ipynb", REPO / "notebooks" /
-                                        "02_autograd_graph.ipynb", COMPILE_NB, CUSTOM_OPS_NB, big_nb, hostile_nb,
-                                        widget_nb],
-                                       root / "out")
+    pages = notebook_tools.build_site([*SERIES, big_nb, hostile_nb, widget_nb], root / "out")
     return root / "out", pages
 
 
@@ -83,8 +81,7 @@ from autograd_graph_2000 import build_loss
 from nbhelpers import autograd_graph, graph_view
 loss, model = build_loss()                      # the 2,003-node benchmark graph
 data = graph_view.from_autograd(autograd_graph.trace(loss, module=model))
-view = graph_view.show(data)
-view.depth = len(graph_view.views(data)) - 1
+view = graph_view.show(data, expanded={{p for n in data.nodes for p in n.group}})   # every module open
 view""".format(repo=REPO)
 HOSTILE = "<img src=x onerror=alert(1)>"
 HOSTILE_CELL = f"""import torch
@@ -100,15 +97,13 @@ graph_view.show(graph_view.from_autograd(autograd_graph.trace(loss, module=model
 
 def test_pages_name_no_remote_script_or_style(site):
     out, pages = site
-    assert [p.name for p in pages] == ["00_environment.html", "02_autograd_graph.html", "05_compile_backends.html",
-                                       "11_custom_ops.html", "97_big.html", "98_hostile.html", "99_widget.html"]
+    assert [p.name for p in pages] == [f"{nb.stem}.html" for nb in SERIES] + ["97_big.html", "98_hostile.html",
+                                                                             "99_widget.html"]
     for page in pages:
         html = page.read_text()
         remote = re.findall(r'<(?:script|link)[^>]+(?:src|href)="(https?://[^"]+)"', html)
         assert not remote, f"{page.name} loads {remote}"
-        has_widgets = "application/vnd.jupyter.widget-state+json" in html
-        assert has_widgets == (page.name != "00_environment.html")
-        if has_widgets:                                          # the renderer comes from static/
+        if "application/vnd.jupyter.widget-state+json" in html:       # the renderer comes from static/
             assert 'src="static/require.js"' in html and "widgetRendererSrc = 'static/embed-amd.js'" in html
         assert "unpkg.com" not in html and "require.min.js" not in html   # nbconvert's CDN defaults
     assert (out / "static" / "embed-amd.js").is_file() and (out / "index.html").is_file()
@@ -147,11 +142,97 @@ def test_graph_views_respond_offline_in_the_static_site(page, served):
     mlp.locator(".gv-box", has_text="AddmmBackward0").nth(1).click()          # click: details
     details = mlp.locator(".gv-details").inner_text()
     assert "NeuralNetwork.core.fc1" in details and "_saved_mat1 [32, 784] float32 100,352 B" in details
-    assert resnet.locator(".gv-depth").inner_text() == "depth 1 of 5: 12 boxes"
-    resnet.locator(".gv-box", has_text="layer1").first.click()                 # expand a module
-    assert resnet.locator(".gv-depth").inner_text() == "depth 2 of 5: 22 boxes"
-    resnet.locator(".gv-collapse").click()                                     # and collapse it again
-    assert resnet.locator(".gv-depth").inner_text() == "depth 1 of 5: 12 boxes"
+    browser.check_one_module_opens(resnet)
+    browser.check_keyboard(mlp)
+    browser.check_diff(views.nth(4), ("plain", "with checkpointing"), "saved bytes differ")
+
+
+PAGES_WITH_VIEWS = ["02_autograd_graph", "05_compile_backends", "10_save_and_export", "11_custom_ops"]
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", PAGES_WITH_VIEWS)
+def test_every_label_sits_inside_its_box_at_10_px_or_more_when_a_page_opens(page, served, name):
+    page.set_viewport_size({"width": 1000, "height": 900})        # a notebook-wide output: the stage is ~800 px
+    page.goto(f"{served}/{name}.html")
+    page.locator(".gv .gv-box").first.wait_for(timeout=60_000)
+    page.wait_for_function("document.querySelectorAll('.gv-pane').length == "
+                           f"{sum(1 for _ in _stored_panes(REPO / 'notebooks' / (name + '.ipynb')))}")
+    print(f"{name}: {browser.check_labels_fit(page)} labels inside their boxes at 10 px or more")
+
+
+def _stored_panes(notebook: Path):
+    import json
+
+    state = json.loads(notebook.read_text())["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]
+    for model in state["state"].values():
+        if "graph" in model["state"]:
+            yield from ([1, 1] if model["state"].get("other") else [1])
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_axe_finds_nothing_serious_in_the_views_on_any_page(page, served, site, scheme):
+    """axe-core (package.json, from node_modules: offline) on every page of the series, in both themes."""
+    axe = REPO / "node_modules" / "axe-core" / "axe.min.js"
+    if not axe.exists():
+        _site_tools_or_skip()
+        pytest.fail("node_modules has no axe-core: run `npm ci`")
+    page.emulate_media(color_scheme=scheme)
+    found = {}
+    for path in site[1]:
+        if path.stem[:2].isdigit() and int(path.stem[:2]) < 90:
+            page.goto(f"{served}/{path.name}")
+            if "widget-state+json" in path.read_text():
+                page.locator(".gv, .widget-slider").first.wait_for(timeout=60_000)
+            page.add_script_tag(path=str(axe))
+            found[path.stem] = page.evaluate(AXE_SERIOUS)
+    assert len(found) == 13 and not any(found.values()), {k: v for k, v in found.items() if v}
+
+
+# Serious and critical violations inside the graph views (nbconvert's page around them is not ours to fix).
+AXE_SERIOUS = """async () => {
+    const views = [...document.querySelectorAll(".gv")];
+    if (!views.length) return [];
+    const result = await axe.run({ include: views.map((v) => [v]) }, { resultTypes: ["violations"] });
+    return result.violations.filter((v) => ["serious", "critical"].includes(v.impact))
+      .map((v) => `${v.id}: ${v.nodes.length} (${v.nodes[0].target.join(" ")})`);
+}"""
+
+
+@pytest.mark.browser
+def test_text_contrast_is_4_5_to_1_on_every_fill_in_both_themes(page, served):
+    page.goto(f"{served}/02_autograd_graph.html")
+    page.locator(".gv .gv-box").first.wait_for(timeout=60_000)
+    for dark in (False, True):
+        ratios = page.evaluate(CONTRAST, dark)
+        assert min(ratios.values()) >= 4.5, ratios
+
+
+# The box text colour against every fill and mark a view can show, read from the CSS the view uses.
+CONTRAST = """(dark) => {
+    const gv = document.querySelector(".gv");
+    gv.classList.toggle("gv-dark", dark);
+    const style = getComputedStyle(gv), rgb = (name) => {
+      const probe = document.createElement("div");
+      probe.style.color = style.getPropertyValue(name).trim();
+      gv.appendChild(probe);
+      const value = getComputedStyle(probe).color.match(/[0-9.]+/g).slice(0, 3).map(Number);
+      probe.remove();
+      return value;
+    };
+    const lum = (c) => c.map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+      .reduce((t, v, i) => t + v * [0.2126, 0.7152, 0.0722][i], 0);
+    const text = lum(rgb("--gv-box-fg")), out = {};
+    for (const fill of ["op", "leaf", "saves", "group", "input", "linebox", "break", "kernel", "share", "run", "linked"]) {
+      const l = lum(rgb(`--gv-${fill}`));
+      out[fill] = (Math.max(l, text) + 0.05) / (Math.min(l, text) + 0.05);
+    }
+    const page = lum(rgb("--gv-fg")), bg = lum(rgb("--gv-bg"));
+    out["page text"] = (Math.max(page, bg) + 0.05) / (Math.min(page, bg) + 0.05);
+    gv.classList.remove("gv-dark");
+    return out;
+}"""
 
 
 @pytest.mark.browser
@@ -186,8 +267,8 @@ def test_a_hostile_module_name_shows_as_text_and_runs_nothing(page, served):
     assert any(f"{HOSTILE}.weight" in t for t in texts())                 # a parameter's name, as text
     view.locator(".gv-box", has_text="AddmmBackward0").first.click()
     assert f"Sequential.{HOSTILE}" in view.locator(".gv-details").inner_text()
-    view.locator(".gv-collapse").click()
-    assert any(t.startswith(f"{HOSTILE} (") for t in texts())            # the module's box, as text
+    view.locator(".gv-path button", has_text=HOSTILE).click()          # collapse the module with that name
+    assert any(f"{HOSTILE} · Linear" in t for t in texts())             # its box, as text (the tooltip whole)
     assert view.locator("img").count() == 0 and dialogs == []
 
 
@@ -210,6 +291,9 @@ def test_click_and_collapse_times_at_two_thousand_nodes(page, served):
     click = page.evaluate(CLICK_TIMED, '.gv g.gv-box[data-key="n:5"]')
     assert view.locator(".gv-details dd").count() > 0                # the details panel filled
     collapse = page.evaluate(CLICK_TIMED, ".gv .gv-collapse")
+    assert view.locator(".gv-box").count() == 1                      # the model, one box
+    open_one = page.evaluate(CLICK_TIMED, '.gv g.gv-box[data-key="g:Stack"]')
     expand = page.evaluate(CLICK_TIMED, ".gv .gv-expand")
     assert view.locator(".gv-box").count() == 2003
-    print(f"2,003 boxes: click -> details {click:.1f} ms, collapse {collapse:.1f} ms, expand {expand:.1f} ms")
+    print(f"2,003 boxes: click -> details {click:.1f} ms, collapse all {collapse:.1f} ms, open the model "
+          f"({view.locator('.gv-count').inner_text()}) {open_one:.1f} ms, expand all {expand:.1f} ms")
