@@ -223,7 +223,7 @@ def _nodes(gm, root: tuple[str, tuple[str, ...]], saved: bool = False) -> tuple[
         stack = n.meta.get("nn_module_stack") or n.meta.get("fwd_nn_module_stack") or {}
         module = _module_of(n, stack, root, saved)
         nodes.append(FxNode(n.name, n.op, target, shape, _user_line(n.meta.get("stack_trace")),
-                            made_from[0].name if made_from else "", module))
+                            made_from[0].name if made_from else "", module, tuple(a.name for a in n.all_input_nodes)))
     return tuple(nodes)
 
 

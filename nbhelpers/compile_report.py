@@ -22,6 +22,7 @@ class FxNode:
     # forward module it differentiates, meta["fwd_nn_module_stack"]), as a path named after the compiled module's
     # class ("Net.layers.0.fc", as module_scope names it); "" outside every module
     module: str = ""
+    inputs: tuple[str, ...] = ()   # the nodes of its own graph whose values it takes (n.all_input_nodes)
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,10 @@ __all__ = ["from_report", "from_exported"]
 
 def from_report(report: CompileReport) -> GraphData:
     """The report as a graph_view.GraphData: source lines, FX graphs (one module box each, with the breaks
-    between them), and kernels. An edge runs from a line to the FX nodes it made, from an FX node to the
-    kernel that computes it, and from a graph through the break that ended it to the next graph. A click
+    between them, and AOTAutograd's forward and backward graphs as boxes inside), and kernels. An edge runs
+    from a line to the FX nodes it made, from an FX node to each node that uses its value, from a Dynamo node
+    to the ATen ops AOTAutograd made from it, from an FX node to the kernel that computes it, and from a
+    graph through the break that ended it to the next graph. A click
     lights up a node's links: a line's FX nodes, kernels and breaks; a kernel's FX nodes and their lines;
     an FX node's line and kernel. A break's panel shows its code, explanation and hints."""
     arguments.require("compile_view.from_report", "report", report, CompileReport,
@@ -31,7 +33,10 @@ def from_report(report: CompileReport) -> GraphData:
     _add_fx_graphs(view, report)
     _add_breaks(view, report)
     _add_kernels(view, report)
-    return view.data(title="torch.compile, as built", targets_label="leads to")
+    kinds = {"": "Dynamo FX graph", ".AOTAutograd forward": "ATen ops", ".AOTAutograd backward": "ATen ops"}
+    types = tuple((f"graph {k} (entry {g.entry}){part}", kind) for k, g in enumerate(report.graphs)
+                  for part, kind in kinds.items())
+    return view.data(title="torch.compile, as built", targets_label="leads to", module_types=types)
 
 
 class _Linked:
@@ -42,8 +47,8 @@ class _Linked:
         self.edges: list[tuple[tuple, tuple]] = []
 
     def add(self, key, label, kind, group, op="", notes=()):
-        self.nodes[key] = {"label": label, "kind": kind, "group": (group,), "op": op, "notes": tuple(notes),
-                           "links": set()}
+        self.nodes[key] = {"label": label, "kind": kind, "group": group if isinstance(group, tuple) else (group,),
+                           "op": op, "notes": tuple(notes), "links": set()}
 
     def link(self, a, b, drawn: bool = False):          # both ways: each lights the other up
         self.nodes[a]["links"].add(b)
@@ -60,13 +65,27 @@ class _Linked:
 
 
 def _add_fx_graphs(view: _Linked, report: CompileReport) -> None:
+    """Each Dynamo graph as a module box of its nodes, with an edge from each value to its users; inside it,
+    AOTAutograd's forward and backward graphs (ATen ops) as boxes of their own, each node linked to the
+    Dynamo node it was made from (and drawn below it)."""
     for k, graph in enumerate(report.graphs):
+        box = f"graph {k} (entry {graph.entry})"
+        _add_fx_nodes(view, graph.nodes, (k,), (box,))
         for n in graph.nodes:
-            view.add((k, n.name), f"{n.name}: {n.target}" if n.op == "call_function" else n.name, "op",
-                     f"graph {k} (entry {graph.entry})", f"{n.op} {n.shape}".strip(),
-                     [("module", n.module)] if n.module else ())
             if n.line:
                 view.link(("line", n.line), (k, n.name), drawn=True)
+        for part, nodes in (("AOTAutograd forward", graph.forward), ("AOTAutograd backward", graph.backward)):
+            _add_fx_nodes(view, nodes, (k, part), (box, f"{box}.{part}"))
+            for n in nodes:
+                if (k, n.source) in view.nodes:          # a backward input: the forward value it saved
+                    view.link((k, n.source), (k, part, n.name), drawn=True)
+
+
+def _add_fx_nodes(view: _Linked, nodes, prefix: tuple, group: tuple[str, ...]) -> None:
+    for n in nodes:
+        view.add((*prefix, n.name), f"{n.name}: {n.target}" if n.op == "call_function" else n.name, "op",
+                 group, f"{n.op} {n.shape}".strip(), [("module", n.module)] if n.module else ())
+        view.edges += [((*prefix, a), (*prefix, n.name)) for a in n.inputs]
 
 
 def _add_breaks(view: _Linked, report: CompileReport) -> None:

@@ -121,6 +121,25 @@ def test_aot_autograd_forward_and_backward_graphs():
     assert inference.forward and inference.backward == ()            # nothing needs a gradient
 
 
+def test_the_view_draws_data_flow_and_aot_graphs_linked_to_the_dynamo_nodes():
+    step, args = _training_step()
+    report = _quiet(step, *args, kernels=False)
+    data = compile_view.from_report(report)
+    graph = report.graphs[0]
+    index = {(n.group[-1], n.label.split(":")[0]): i for i, n in enumerate(data.nodes)}
+    box = f"graph 0 (entry {graph.entry})"
+    for n in graph.nodes:                       # an edge from each value to each node that takes it
+        assert all((index[box, a], index[box, n.name]) in data.edges for a in n.inputs)
+    assert sum(len(n.inputs) for n in graph.nodes) > len(graph.nodes) // 2
+    for part, nodes in (("forward", graph.forward), ("backward", graph.backward)):
+        made = [n for n in nodes if (box, n.source) in index]
+        assert any(n.op == "call_function" for n in made) if part == "forward" else made   # backward: the saves
+        for n in made:                          # each ATen node drawn from the Dynamo node it came from
+            aten, dynamo = index[f"{box}.AOTAutograd {part}", n.name], index[box, n.source]
+            assert (dynamo, aten) in data.edges and dynamo in data.nodes[aten].links
+    assert dict(data.module_types)[f"{box}.AOTAutograd backward"] == "ATen ops"
+
+
 class _Block(torch.nn.Module):
     def __init__(self):
         super().__init__()
