@@ -3,6 +3,7 @@ of ExportedPrograms (`compile_lens` records; this module only turns its records 
 
 Example:
     graph_view.show(compile_view.from_report(compile_lens.capture(fn, x)))
+    graph_view.show(compile_view.from_calls(compile_lens.capture_calls(fn, [x, y, z])))
     graph_view.show(compile_view.from_exported(torch.export.export(model, (x,))))
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ from nbhelpers import arguments
 from nbhelpers.compile_report import CompileReport
 from nbhelpers.graph_view import GraphData, ViewNode
 
-__all__ = ["from_report", "from_exported"]
+__all__ = ["from_report", "from_calls", "from_exported"]
 
 
 def from_report(report: CompileReport) -> GraphData:
@@ -122,6 +123,43 @@ def _between(report: CompileReport, entry: str, key: tuple) -> list:
     if later:
         edges.append((key, (later[0], report.graphs[later[0]].nodes[0].name)))   # its first input
     return edges
+
+
+def from_calls(report: CompileReport, labels=None) -> GraphData:
+    """Recompiles as a picture: one box per call (in call order, labelled by `labels`, else "call k"), an
+    edge to each entry that call compiled (with the graphs it built), and for a recompile, each earlier
+    entry's failed guard drawn between that entry and the new one. A call that compiled nothing reused an
+    entry (its panel says so)."""
+    arguments.require("compile_view.from_calls", "report", report, CompileReport,
+                      "a CompileReport from compile_lens.capture_calls(fn, calls)")
+    calls = 1 + max((e.call for e in report.entries), default=-1)
+    labels = [f"call {k}" for k in range(calls)] if labels is None else list(labels)
+    if len(labels) < calls or not all(isinstance(label, str) for label in labels):
+        raise ValueError(f"compile_view.from_calls: `labels` must name each of the {calls} calls with a str; got "
+                         f"{arguments.given(labels)}")
+    view = _Linked()
+    for k, label in enumerate(labels):
+        compiled = [e.id for e in report.entries if e.call == k]
+        view.add(("call", k), label, "call", (), "call",
+                 [("compiled", ", ".join(compiled) if compiled else "nothing: an entry's guards passed, it ran")])
+    for e in report.entries:
+        _add_entry(view, report, e)
+    return view.data(title="torch.compile, call by call", targets_label="leads to")
+
+
+def _add_entry(view: _Linked, report: CompileReport, e) -> None:
+    graphs = [k for k, g in enumerate(report.graphs) if g.entry == e.id]
+    view.add(("entry", e.id), f"entry {e.id}: {e.function}", "entry", (), f"{len(e.guards)} guards",
+             [("graph", f"graph {k}: {len(report.graphs[k].nodes)} FX nodes") for k in graphs]
+             + [("guard", g.check) for g in e.guards[:40]])
+    view.link(("call", e.call), ("entry", e.id), drawn=True)
+    for reason in e.failed:
+        failed_id, _, why = reason.partition(": ")
+        key = ("failed", e.id, reason)
+        view.add(key, f"{failed_id} failed: {why}", "guard", (), "guard failed", [("guard", why)])
+        if ("entry", failed_id) in view.nodes:
+            view.link(("entry", failed_id), key, drawn=True)
+        view.link(key, ("entry", e.id), drawn=True)
 
 
 def from_exported(program) -> GraphData:

@@ -36,11 +36,13 @@ _WIDE = re.compile("[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-
                    "\uffe0-\uffe6\U00020000-\U0003fffd]")   # East Asian wide: two columns (the same set in JS)
 KINDS = {"op": "op", "saves": "op that saves tensors for backward", "leaf": "leaf: fills a parameter's .grad",
          "group": "module, collapsed: click to expand", "input": "input", "line": "source line",
-         "break": "graph break", "kernel": "generated kernel"}
+         "break": "graph break", "kernel": "generated kernel", "call": "a call of the compiled function",
+         "entry": "a compiled entry (guards and graphs)", "guard": "a guard that failed: why it recompiled"}
 MARKS = {"added": "only in the right graph", "removed": "only in the left graph", "changed": "saved bytes differ"}
 LEGEND = {"fill": KINDS, "outline": MARKS}
 FILL = {"op": "#dbe8f7", "leaf": "#d9f2d9", "saves": "#fde7c8", "group": "#ece6f5", "input": "#d9f2d9",
-        "line": "#f4f4f4", "break": "#f7c6c6", "kernel": "#fde7c8"}
+        "line": "#f4f4f4", "break": "#f7c6c6", "kernel": "#fde7c8", "call": "#d9f2d9", "entry": "#dbe8f7",
+        "guard": "#f7c6c6"}
 MARK_STROKE = {"added": "#1a7f1a", "removed": "#c22", "changed": "#b06000"}
 
 

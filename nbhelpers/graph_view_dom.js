@@ -4,7 +4,9 @@
 // Names come from user code: they go in with textContent, never as HTML.
 const KINDS = { op: "op", saves: "op that saves tensors for backward", leaf: "leaf: fills a parameter's .grad",
   group: "module, collapsed: click to expand", input: "input", line: "source line", break: "graph break",
-  kernel: "generated kernel" };
+  kernel: "generated kernel", call: "a call of the compiled function", entry: "a compiled entry (guards and graphs)",
+  guard: "a guard that failed: why it recompiled" };
+const FILLS = { line: "linebox", call: "input", entry: "op", guard: "break" };   // kinds that share a colour
 const MARKS = { added: "only in the right graph", removed: "only in the left graph", changed: "saved bytes differ" };
 const STATES = { selected: "selected", linked: "linked to the selection", match: "matches the search",
   share: "shares saved memory with the hovered box", run: "runs now (the stepper)" };
@@ -33,7 +35,7 @@ const CSS = `
 .gv-stage svg { width: 100%; height: 100%; display: block; }
 .gv-stage text { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; fill: var(--gv-box-fg); pointer-events: none; }
 .gv-box rect { stroke: var(--gv-stroke); }
-${Object.keys(KINDS).map((k) => `.gv-k-${k} rect, .gv-sw.gv-k-${k} { fill: var(--gv-${k === "line" ? "linebox" : k}); background: var(--gv-${k === "line" ? "linebox" : k}); }`).join("\n")}
+${Object.keys(KINDS).map((k) => `.gv-k-${k} rect, .gv-sw.gv-k-${k} { fill: var(--gv-${FILLS[k] || k}); background: var(--gv-${FILLS[k] || k}); }`).join("\n")}
 .gv-box.gv-added rect, .gv-sw.gv-added { stroke: var(--gv-added); border-color: var(--gv-added); stroke-width: 3; stroke-dasharray: 5 2; }
 .gv-box.gv-removed rect, .gv-sw.gv-removed { stroke: var(--gv-removed); border-color: var(--gv-removed); stroke-width: 3; stroke-dasharray: 5 2; }
 .gv-box.gv-changed rect, .gv-sw.gv-changed { stroke: var(--gv-changed); border-color: var(--gv-changed); stroke-width: 3; }

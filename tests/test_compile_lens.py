@@ -326,3 +326,23 @@ def test_a_break_inside_torchvision_is_placed_in_torchvision_not_in_the_callers_
     data_dependent = next(b for b in report.breaks if b.gb_type == "Data dependent operator")
     assert data_dependent.line in inspect.getsource(torchvision.utils.draw_bounding_boxes)
     assert data_dependent.where == ""                          # not "torch...vision/utils.py"
+
+
+def test_recompiles_drawn_call_by_call_with_the_guard_each_entry_failed():
+    sizes = (64, 1024, 16, 1)
+    report = compile_lens.capture_calls(lambda x: (x * 2).relu().sum(), [torch.rand(n, 8) for n in sizes])
+    data = compile_view.from_calls(report, [f"batch {n}" for n in sizes])
+    labels = [n.label for n in data.nodes]
+    assert labels[:4] == ["batch 64", "batch 1024", "batch 16", "batch 1"]     # the calls, in order
+    index = {label: i for i, label in enumerate(labels)}
+    for e in report.entries:
+        assert (e.call, index[f"entry {e.id}: <lambda>"]) in data.edges            # a call -> what it compiled
+        for reason in e.failed:                                                    # old entry -> guard -> new
+            failed_id, _, why = reason.partition(": ")
+            guard = index[f"{failed_id} failed: {why}"]
+            assert (index[f"entry {failed_id}: <lambda>"], guard) in data.edges
+            assert (guard, index[f"entry {e.id}: <lambda>"]) in data.edges
+    assert sum(n.kind == "guard" for n in data.nodes) == sum(len(e.failed) for e in report.entries) >= 2
+    assert dict(data.nodes[2].notes)["compiled"].startswith("nothing")           # batch 16 reused an entry
+    with pytest.raises(ValueError, match="`labels` must name each of the 4 calls"):
+        compile_view.from_calls(report, ["one"])
