@@ -98,19 +98,40 @@ function neighbours(chains, total) {
 }
 
 function orderRows(nodesIn, up, down, sweeps, total) {
-  const starts = [nodesIn.map((row) => [...row])];
-  if (total <= 1000) starts.push(nodesIn.map((row) => [...row].reverse()));
+  const first = firstOrder(nodesIn, up, down);
+  const starts = [first];
+  if (total <= 1000) starts.push(first.map((row) => [...row].reverse()));
   let best = null, bestCount = null;
   for (const order of starts) {
-    const [candidate, count] = sweep(order, up, down, sweeps, total <= 4000);
+    const [candidate, count] = sweep(order, up, down, sweeps);
     if (bestCount === null || count < bestCount) { best = candidate; bestCount = count; }
   }
   return best;
 }
 
-function sweep(order, up, down, sweeps, swaps) {
-  let best = order.map((r) => [...r]), bestCount = count(order, down);
-  for (let s = 0; s < sweeps; s++) {
+function firstOrder(nodesIn, up, down) {
+  const rowOf = new Array(up.length).fill(0);
+  nodesIn.forEach((row, k) => { for (const v of row) rowOf[v] = k; });
+  const order = nodesIn.map(() => []), seen = new Array(up.length).fill(false);
+  for (let root = 0; root < up.length; root++) {
+    const stack = up[root].length ? [] : [root];
+    while (stack.length) {
+      const v = stack.pop();
+      if (seen[v]) continue;
+      seen[v] = true;
+      order[rowOf[v]].push(v);
+      for (let i = down[v].length - 1; i >= 0; i--) stack.push(down[v][i]);
+    }
+  }
+  return order;
+}
+
+function sumOf(values) { let total = 0; for (const v of values) total += v; return total; }
+
+function sweep(order, up, down, sweeps) {
+  let best = order.map((r) => [...r]), bestCount = sumOf(gapCounts(order, down));
+  const times = bestCount ? sweeps : 0;      // Python's range(...) is evaluated once
+  for (let s = 0; s < times; s++) {
     const downward = s % 2 === 0, useMedian = s % 4 >= 2;
     const rows = [];
     if (downward) for (let k = 1; k < order.length; k++) rows.push(k);
@@ -118,8 +139,9 @@ function sweep(order, up, down, sweeps, swaps) {
     for (const k of rows) {
       sortByNeighbours(order[k], downward ? order[k - 1] : order[k + 1], downward ? up : down, useMedian);
     }
-    if (swaps) transpose(order, up, down);
-    const c = count(order, down);
+    const gaps = gapCounts(order, down);
+    transpose(order, up, down, gaps);
+    const c = sumOf(gaps);
     if (c < bestCount) { best = order.map((r) => [...r]); bestCount = c; }
     if (bestCount === 0) break;
   }
@@ -145,14 +167,14 @@ function sortByNeighbours(row, fixed, links, useMedian) {
   row.sort((a, b) => comparePairs(keys.get(a), keys.get(b)));
 }
 
-function count(order, down) {
-  let total = 0;
+function gapCounts(order, down) {
+  const counts = [];
   for (let k = 0; k + 1 < order.length; k++) {
     const pos = positions(order[k + 1]), pairs = [];
     order[k].forEach((v, i) => { for (const w of down[v]) if (pos.has(w)) pairs.push([i, pos.get(w)]); });
-    total += inversions(pairs.sort(comparePairs));
+    counts.push(inversions(pairs.sort(comparePairs)));
   }
-  return total;
+  return counts;
 }
 
 function inversions(pairs) {       // Python's bisect_right and insort, by hand
@@ -167,39 +189,57 @@ function inversions(pairs) {       // Python's bisect_right and insort, by hand
   return total;
 }
 
-function transpose(order, up, down) {
+function transpose(order, up, down, gaps) {
   let improved = true, rounds = 0;
   while (improved && rounds < 4) {
     improved = false;
     rounds += 1;
-    order.forEach((row, k) => {
-      const above = k ? positions(order[k - 1]) : new Map();
-      const below = k + 1 < order.length ? positions(order[k + 1]) : new Map();
-      for (let i = 0; i + 1 < row.length; i++) {
-        const a = row[i], b = row[i + 1];
-        if (pairCost(b, a, up, down, above, below) < pairCost(a, b, up, down, above, below)) {
-          row[i] = b; row[i + 1] = a; improved = true;
-        }
-      }
-    });
+    for (let k = 0; k < order.length; k++) {
+      if ((k && gaps[k - 1]) || (k < gaps.length && gaps[k])) improved = transposeRow(order, k, up, down, gaps) || improved;
+    }
   }
 }
 
-function pairCost(left, right, up, down, above, below) {
+function transposeRow(order, k, up, down, gaps) {
+  const row = order[k];
+  let swapped = false;
+  const above = k ? positions(order[k - 1]) : new Map();
+  const below = k + 1 < order.length ? positions(order[k + 1]) : new Map();
+  for (let i = 0; i + 1 < row.length; i++) {
+    const a = row[i], b = row[i + 1];
+    const nowUp = pairCost(a, b, up, above), nowDown = pairCost(a, b, down, below);
+    const thenUp = pairCost(b, a, up, above), thenDown = pairCost(b, a, down, below);
+    if (thenUp + thenDown < nowUp + nowDown) {
+      row[i] = b; row[i + 1] = a; swapped = true;
+      if (k) gaps[k - 1] += thenUp - nowUp;
+      if (k < gaps.length) gaps[k] += thenDown - nowDown;
+    }
+  }
+  return swapped;
+}
+
+function pairCost(left, right, links, pos) {    // Python's bisect_left, by hand
+  const rs = links[right].filter((u) => pos.has(u)).map((u) => pos.get(u)).sort((a, b) => a - b);
   let cost = 0;
-  for (const [links, pos] of [[up, above], [down, below]]) {
-    const ls = links[left].filter((u) => pos.has(u)).map((u) => pos.get(u));
-    const rs = links[right].filter((u) => pos.has(u)).map((u) => pos.get(u));
-    for (const p of ls) for (const q of rs) if (p > q) cost += 1;
+  for (const u of links[left]) {
+    if (!pos.has(u)) continue;
+    const p = pos.get(u);
+    let lo = 0, hi = rs.length;
+    while (lo < hi) { const mid = (lo + hi) >> 1; if (rs[mid] < p) lo = mid + 1; else hi = mid; }
+    cost += lo;
   }
   return cost;
 }
 
 function place(order, up, down, widths, n) {
-  const width = (v) => (v < n ? widths[v] : DUMMY_W), x = new Map();
+  let total = 0;
+  for (const row of order) total += row.length;
+  const wide = [...widths];
+  while (wide.length < total) wide.push(DUMMY_W);
+  const x = new Array(total).fill(0);
   for (const row of order) {
     let cursor = MARGIN;
-    for (const v of row) { x.set(v, cursor + width(v) / 2); cursor += width(v) + BOX_GAP; }
+    for (const v of row) { x[v] = cursor + wide[v] / 2; cursor += wide[v] + BOX_GAP; }
   }
   for (let s = 0; s < 6; s++) {
     const rows = [];
@@ -207,43 +247,44 @@ function place(order, up, down, widths, n) {
     else for (let k = order.length - 1; k >= 0; k--) rows.push(k);
     const links = s % 2 === 0 ? up : down;
     for (const k of rows) {
-      const wanted = order[k].map((v) => {
-        if (!links[v].length) return x.get(v);
-        let total = 0;
-        for (const u of links[v]) total += x.get(u);
-        return total / links[v].length;
-      });
-      fit(order[k], wanted, width, x);
+      const row = order[k];
+      const wanted = row.map((v) => (links[v].length ? mean(x, links[v]) : x[v]));
+      if (row.length === 1) x[row[0]] = wanted[0];
+      else fit(row, wanted, wide, x);
     }
   }
   let least = Infinity;
-  for (const row of order) for (const v of row) least = Math.min(least, x.get(v) - width(v) / 2);
+  for (let v = 0; v < total; v++) least = Math.min(least, x[v] - wide[v] / 2);
   const shift = MARGIN - least;
-  for (const [v, c] of x) x.set(v, c + shift);
-  return x;
+  return x.map((c) => c + shift);
 }
 
-function fit(row, wanted, width, x) {
-  const pos = [...wanted];
+function mean(x, vs) {
+  let total = 0;
+  for (const v of vs) total += x[v];
+  return total / vs.length;
+}
+
+function fit(row, pos, wide, x) {
   for (let i = 1; i < row.length; i++) {
-    pos[i] = Math.max(pos[i], pos[i - 1] + (width(row[i - 1]) + width(row[i])) / 2 + BOX_GAP);
+    pos[i] = Math.max(pos[i], pos[i - 1] + (wide[row[i - 1]] + wide[row[i]]) / 2 + BOX_GAP);
   }
   for (let i = row.length - 2; i >= 0; i--) {
-    pos[i] = Math.min(pos[i], pos[i + 1] - (width(row[i]) + width(row[i + 1])) / 2 - BOX_GAP);
+    pos[i] = Math.min(pos[i], pos[i + 1] - (wide[row[i]] + wide[row[i + 1]]) / 2 - BOX_GAP);
   }
-  row.forEach((v, i) => x.set(v, pos[i]));
+  row.forEach((v, i) => { x[v] = pos[i]; });
 }
 
 function draw(n, upward, chains, layer, order, x, widths) {
   const top = (depth) => MARGIN + depth * (BOX_H + LAYER_GAP);
   const boxes = [];
-  for (let v = 0; v < n; v++) boxes.push([x.get(v) - widths[v] / 2, top(layer[v]), widths[v], BOX_H]);
+  for (let v = 0; v < n; v++) boxes.push([x[v] - widths[v] / 2, top(layer[v]), widths[v], BOX_H]);
   const depthOf = new Map();
   order.forEach((row, k) => row.forEach((v) => depthOf.set(v, k)));
   const routes = chains.map((chain, k) => {
-    const points = [[x.get(chain[0]), top(depthOf.get(chain[0])) + BOX_H]];
-    for (const v of chain.slice(1, -1)) points.push([x.get(v), top(depthOf.get(v))], [x.get(v), top(depthOf.get(v)) + BOX_H]);
-    if (chain.length > 1) points.push([x.get(chain[chain.length - 1]), top(depthOf.get(chain[chain.length - 1]))]);
+    const points = [[x[chain[0]], top(depthOf.get(chain[0])) + BOX_H]];
+    for (const v of chain.slice(1, -1)) points.push([x[v], top(depthOf.get(v))], [x[v], top(depthOf.get(v)) + BOX_H]);
+    if (chain.length > 1) points.push([x[chain[chain.length - 1]], top(depthOf.get(chain[chain.length - 1]))]);
     return upward.has(k) ? points.reverse() : points;
   });
   let right = 0, bottom = 0;

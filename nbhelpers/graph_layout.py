@@ -2,12 +2,12 @@
 
 The steps are the classic ones: break cycles (reverse a DFS's back edges, for the layout only), give each
 node a layer (longest path, so every edge points down), replace an edge that spans several layers by a
-chain of zero-size dummy points, order each layer to reduce crossings (barycentre sweeps down and up,
-keeping the best order seen, then adjacent swaps while they help), and place boxes left to right with
-their centres pulled towards their neighbours'. An edge is drawn from the bottom of its source box,
-through its dummy points, to the top of its target box; every segment lies in the gap between two
-layers or in a dummy's own slot, so no edge crosses a box. Everything is deterministic: the same graph
-gives the same numbers.
+chain of zero-size dummy points, order each layer to reduce crossings (start from the order a depth-first
+search meets the vertices in, then barycentre sweeps down and up, keeping the best order seen, with adjacent
+swaps while they help), and place boxes left to right with their centres pulled towards their neighbours'.
+An edge is drawn from the bottom of its source box, through its dummy points, to the top of its target box;
+every segment lies in the gap between two layers or in a dummy's own slot, so no edge crosses a box.
+Everything is deterministic: the same graph gives the same numbers.
 
 Example:
     drawing = graph_layout.layout(3, [(0, 1), (1, 2), (0, 2)], widths=[120, 120, 120])
@@ -15,7 +15,7 @@ Example:
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 __all__ = ["layout", "crossings", "cycle_edges"]      # layout() returns a Drawing
@@ -144,32 +144,52 @@ def _neighbours(chains, total: int):
 
 def _order(nodes_in, up, down, sweeps: int, total: int) -> list[list[int]]:
     """Sweep down and up, each row sorted by its neighbours' mean (even sweeps) or median (odd pairs)
-    position in the row just placed, with adjacent swaps after each sweep on graphs small enough; keep
-    the order with the fewest crossings seen (Gansner et al.'s dot ordering, simplified)."""
-    starts = [[list(row) for row in nodes_in]]
+    position in the row just placed, with adjacent swaps after each sweep; keep the order with the
+    fewest crossings seen (Gansner et al.'s dot ordering, simplified)."""
+    first = _first_order(nodes_in, up, down)
+    starts = [first]
     if total <= 1000:                                # small: also start from the mirrored order
-        starts.append([list(reversed(row)) for row in nodes_in])
+        starts.append([list(reversed(row)) for row in first])
     best, best_count = None, None
     for order in starts:
-        candidate, count = _sweep(order, up, down, sweeps, swaps=total <= 4000)   # swaps are O(width^2)
+        candidate, count = _sweep(order, up, down, sweeps)
         if best_count is None or count < best_count:
             best, best_count = candidate, count
     return best
 
 
-def _sweep(order, up, down, sweeps: int, swaps: bool):
-    best, best_count = [list(r) for r in order], _count(order, down)
-    for sweep in range(sweeps):
+def _first_order(nodes_in, up, down) -> list[list[int]]:
+    """Rows in the order a depth-first search from the sources meets their vertices. A long edge's
+    dummies then start beside the branch they leave, not after every real node of their row: that put
+    each skip edge on the right, where equal barycentres kept it crossing the branch's last edge."""
+    row_of = [0] * len(up)
+    for k, row in enumerate(nodes_in):
+        for v in row:
+            row_of[v] = k
+    order, seen = [[] for _ in nodes_in], [False] * len(up)
+    for root in range(len(up)):
+        stack = [] if up[root] else [root]
+        while stack:
+            v = stack.pop()
+            if not seen[v]:
+                seen[v] = True
+                order[row_of[v]].append(v)
+                stack.extend(reversed(down[v]))      # reversed: the first child is visited first
+    return order
+
+
+def _sweep(order, up, down, sweeps: int):
+    best, best_count = [list(r) for r in order], sum(_gap_counts(order, down))
+    for sweep in range(sweeps if best_count else 0):     # a start without crossings needs no sweep
         downward, use_median = sweep % 2 == 0, sweep % 4 >= 2
         rows = range(1, len(order)) if downward else range(len(order) - 2, -1, -1)
         for k in rows:
             fixed = order[k - 1] if downward else order[k + 1]
             _sort_by_neighbours(order[k], fixed, up if downward else down, use_median)
-        if swaps:
-            _transpose(order, up, down)
-        count = _count(order, down)
-        if count < best_count:
-            best, best_count = [list(r) for r in order], count
+        gaps = _gap_counts(order, down)
+        _transpose(order, up, down, gaps)            # keeps `gaps` exact, so no recount
+        if sum(gaps) < best_count:
+            best, best_count = [list(r) for r in order], sum(gaps)
         if best_count == 0:
             break
     return best, best_count
@@ -188,13 +208,14 @@ def _sort_by_neighbours(row: list[int], fixed: list[int], links, use_median: boo
     row.sort(key=key)
 
 
-def _count(order, down) -> int:
-    total = 0
+def _gap_counts(order, down) -> list[int]:
+    """Crossings between each row and the next."""
+    counts = []
     for upper, lower in zip(order, order[1:]):
         pos = {v: i for i, v in enumerate(lower)}
         pairs = sorted((i, pos[w]) for i, v in enumerate(upper) for w in down[v] if w in pos)
-        total += _inversions(pairs)
-    return total
+        counts.append(_inversions(pairs))
+    return counts
 
 
 def _inversions(pairs) -> int:
@@ -207,57 +228,81 @@ def _inversions(pairs) -> int:
     return count
 
 
-def _transpose(order, up, down) -> None:
-    """Swap neighbours in a layer while that lowers the crossings with both adjacent layers."""
+def _transpose(order, up, down, gaps: list[int]) -> None:
+    """Swap neighbours in a layer while that lowers the crossings with both adjacent layers. Rows with
+    no crossing on either side cannot gain, so only the others are visited: big graphs stay cheap."""
     improved, rounds = True, 0
     while improved and rounds < 4:
         improved, rounds = False, rounds + 1
-        for k, row in enumerate(order):
-            above = {v: i for i, v in enumerate(order[k - 1])} if k else {}
-            below = {v: i for i, v in enumerate(order[k + 1])} if k + 1 < len(order) else {}
-            for i in range(len(row) - 1):
-                a, b = row[i], row[i + 1]
-                if _pair_cost(b, a, up, down, above, below) < _pair_cost(a, b, up, down, above, below):
-                    row[i], row[i + 1] = b, a
-                    improved = True
+        for k in range(len(order)):
+            if (k and gaps[k - 1]) or (k < len(gaps) and gaps[k]):
+                improved = _transpose_row(order, k, up, down, gaps) or improved
 
 
-def _pair_cost(left, right, up, down, above, below) -> int:
-    cost = 0
-    for links, pos in ((up, above), (down, below)):
-        ls = [pos[u] for u in links[left] if u in pos]
-        rs = [pos[u] for u in links[right] if u in pos]
-        cost += sum(1 for p in ls for q in rs if p > q)
-    return cost
+def _transpose_row(order, k: int, up, down, gaps: list[int]) -> bool:
+    """One pass of adjacent swaps in row k; `gaps` follows the change above and below it."""
+    row, swapped = order[k], False
+    above = {v: i for i, v in enumerate(order[k - 1])} if k else {}
+    below = {v: i for i, v in enumerate(order[k + 1])} if k + 1 < len(order) else {}
+    for i in range(len(row) - 1):
+        a, b = row[i], row[i + 1]
+        now = (_pair_cost(a, b, up, above), _pair_cost(a, b, down, below))
+        then = (_pair_cost(b, a, up, above), _pair_cost(b, a, down, below))
+        if then[0] + then[1] < now[0] + now[1]:
+            row[i], row[i + 1], swapped = b, a, True
+            if k:
+                gaps[k - 1] += then[0] - now[0]
+            if k < len(gaps):
+                gaps[k] += then[1] - now[1]
+    return swapped
 
 
-def _place(order, up, down, widths, n: int) -> dict[int, float]:
+def _pair_cost(left, right, links, pos) -> int:
+    """Crossings between the edges of `left` and of `right` to one adjacent row, left placed first."""
+    rs = sorted(pos[u] for u in links[right] if u in pos)
+    return sum(bisect_left(rs, pos[u]) for u in links[left] if u in pos)
+
+
+def _place(order, up, down, widths, n: int) -> list[float]:
     """Centre x of every vertex: packed left to right, then pulled towards neighbours' centres."""
-    width = lambda v: widths[v] if v < n else DUMMY_W      # noqa: E731
-    x = {}
+    total = sum(len(row) for row in order)
+    wide = list(widths) + [DUMMY_W] * (total - n)   # a list, not a function: this loop is the hot one
+    x = [0.0] * total
     for row in order:
         cursor = MARGIN
         for v in row:
-            x[v] = cursor + width(v) / 2
-            cursor += width(v) + BOX_GAP
+            x[v] = cursor + wide[v] / 2
+            cursor += wide[v] + BOX_GAP
     for sweep in range(6):
         rows = range(len(order)) if sweep % 2 == 0 else range(len(order) - 1, -1, -1)
+        links = up if sweep % 2 == 0 else down
         for k in rows:
-            links = up if sweep % 2 == 0 else down
-            wanted = [(sum(x[u] for u in links[v]) / len(links[v]) if links[v] else x[v]) for v in order[k]]
-            _fit(order[k], wanted, width, x)
-    shift = MARGIN - min(x[v] - width(v) / 2 for row in order for v in row)
-    return {v: c + shift for v, c in x.items()}
+            row = order[k]
+            wanted = [_mean(x, links[v]) if links[v] else x[v] for v in row]
+            if len(row) == 1:                        # alone in its row: nothing to keep apart
+                x[row[0]] = wanted[0]
+            else:
+                _fit(row, wanted, wide, x)
+    shift = MARGIN - min(x[v] - wide[v] / 2 for v in range(total))
+    return [c + shift for c in x]
 
 
-def _fit(row, wanted, width, x) -> None:
-    """Positions as close to `wanted` as the order and the gaps allow (a left pass, then a right pass)."""
-    pos = list(wanted)
+def _mean(x, vs) -> float:
+    """Added one by one: sum() of floats is compensated from Python 3.12 on, so it would give other
+    last bits on 3.12 than on 3.11 and than graph_layout.js's plain loop."""
+    total = 0.0
+    for v in vs:
+        total += x[v]
+    return total / len(vs)
+
+
+def _fit(row, pos, wide, x) -> None:
+    """Positions as close to the wanted `pos` as the order and the gaps allow (a left, then a right pass)."""
     for i in range(1, len(row)):
-        least = pos[i - 1] + (width(row[i - 1]) + width(row[i])) / 2 + BOX_GAP
+        least = pos[i - 1] + (wide[row[i - 1]] + wide[row[i]]) / 2 + BOX_GAP
         pos[i] = max(pos[i], least)
     for i in range(len(row) - 2, -1, -1):
-        most = pos[i + 1] - (width(row[i]) + width(row[i + 1])) / 2 - BOX_GAP
+        most = pos[i + 1] - (wide[row[i]] + wide[row[i + 1]]) / 2 - BOX_GAP
         pos[i] = min(pos[i], most)
     for v, p in zip(row, pos):
         x[v] = p
@@ -267,7 +312,10 @@ def _draw(n, upward, chains, layer, order, x, widths) -> Drawing:
     top = lambda depth: MARGIN + depth * (BOX_H + LAYER_GAP)     # noqa: E731
     # unrounded: graph_layout.js computes the same doubles, and a test compares the two exactly
     boxes = tuple((x[v] - widths[v] / 2, top(layer[v]), float(widths[v]), BOX_H) for v in range(n))
-    depth_of = {v: k for k, row in enumerate(order) for v in row}
+    depth_of = [0] * len(x)
+    for k, row in enumerate(order):
+        for v in row:
+            depth_of[v] = k
     routes = []
     for k, chain in enumerate(chains):
         points = [(x[chain[0]], top(depth_of[chain[0]]) + BOX_H)]

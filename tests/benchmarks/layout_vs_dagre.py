@@ -1,11 +1,15 @@
-"""Benchmark (not a test): edge crossings of graph_layout against @dagrejs/dagre on the same graphs.
+"""Benchmark (not a test): edge crossings and times of graph_layout against @dagrejs/dagre and ELK's layered
+algorithm (elkjs) on the same graphs.
 
-    python tests/benchmarks/layout_vs_dagre.py
+    python tests/benchmarks/layout_vs_dagre.py                  # the table
+    python tests/benchmarks/layout_vs_dagre.py --write-fixture  # also tests/fixtures/layout_graphs.json, whose
+                                                                # crossings tests/test_graph_layout_js.py pins
 
 The graphs are the deepest views (every node a box) of the five faithfulness-test models, a torchvision
 ResNet-18, a DenseNet-style block (every layer reads the concatenation of all before it) and a 36-layer
-TransformerEncoder (2,734 boxes: the branching graph where issue 29 counted one crossing per layer). dagre
-comes from npm, installed once under build/dagre-bench/ and run with Node; it is not a project dependency.
+TransformerEncoder (2,734 boxes: the branching graph where issue 29 counted one crossing per layer), and, for
+time only, the 20,021-box residual stack of autograd_graph_2000.py at scale 10. dagre and elkjs come from npm,
+installed once under build/dagre-bench/ and run with Node; they are not project dependencies.
 Both layouts get the same box sizes and gaps, and their edges are counted by the same geometric rule (two
 segments cross when they intersect away from a shared end point), so the ratio is fair.
 """
@@ -15,6 +19,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -26,6 +31,7 @@ from nbhelpers import autograd_graph, graph_layout, graph_view, models, module_s
 from tests.graph_cases import Recurrent, Residual, Shared, SplitHeads  # noqa: E402
 
 BENCH = REPO / "build" / "dagre-bench"
+FIXTURE = REPO / "tests" / "fixtures" / "layout_graphs.json"
 DAGRE_JS = """
 const dagre = require("@dagrejs/dagre");
 const input = JSON.parse(require("fs").readFileSync(0, "utf8"));
@@ -34,14 +40,32 @@ g.setGraph({ rankdir: "TB", nodesep: %(gap)s, ranksep: %(layer_gap)s, marginx: 1
 g.setDefaultEdgeLabel(() => ({}));
 input.widths.forEach((w, i) => g.setNode(String(i), { width: w, height: %(box_h)s }));
 input.edges.forEach(([s, d], k) => g.setEdge(String(s), String(d), {}, "e" + k));
+const start = Date.now();
 dagre.layout(g);
+const ms = Date.now() - start;
 const routes = input.edges.map(([s, d], k) =>
   g.edge({ v: String(s), w: String(d), name: "e" + k }).points.map((p) => [p.x, p.y]));
 const boxes = input.widths.map((w, i) => {
   const n = g.node(String(i));
   return [n.x - n.width / 2, n.y - n.height / 2, n.width, n.height];
 });
-process.stdout.write(JSON.stringify({ routes, boxes }));
+process.stdout.write(JSON.stringify({ routes, boxes, ms }));
+"""
+ELK_JS = """
+const ELK = require("elkjs");
+const input = JSON.parse(require("fs").readFileSync(0, "utf8"));
+const graph = { id: "root", layoutOptions: { "elk.algorithm": "layered", "elk.direction": "DOWN",
+    "elk.spacing.nodeNode": "%(gap)s", "elk.layered.spacing.nodeNodeBetweenLayers": "%(layer_gap)s" },
+  children: input.widths.map((w, i) => ({ id: "n" + i, width: w, height: %(box_h)s })),
+  edges: input.edges.map(([s, d], k) => ({ id: "e" + k, sources: ["n" + s], targets: ["n" + d] })) };
+const start = Date.now();
+new ELK().layout(graph).then((done) => {
+  const ms = Date.now() - start;
+  const routes = done.edges.map((e) => { const s = e.sections[0];
+    return [s.startPoint, ...(s.bendPoints || []), s.endPoint].map((p) => [p.x, p.y]); });
+  const boxes = done.children.map((n) => [n.x, n.y, n.width, n.height]);
+  process.stdout.write(JSON.stringify({ routes, boxes, ms }));
+});
 """
 
 
@@ -78,7 +102,8 @@ def graphs():
     for name, (model, run) in cases.items():
         with module_scope.record():
             loss = run(model)
-        view = graph_view.views(graph_view.from_autograd(autograd_graph.trace(loss, module=model)))[-1]
+        data = graph_view.from_autograd(autograd_graph.trace(loss, module=model))
+        view = graph_view.view(data, {path for n in data.nodes for path in n.group})   # every module open
         yield name, [b.w for b in view.boxes], [(e.src, e.dst) for e in view.edges]
 
 
@@ -102,32 +127,57 @@ def overlaps(boxes) -> int:
                if a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3])
 
 
-def dagre(widths, edges):
-    if not (BENCH / "node_modules" / "@dagrejs" / "dagre").is_dir():
+def _node(name: str, script: str, widths, edges) -> dict:
+    if not (BENCH / "node_modules" / "elkjs").is_dir() or not (BENCH / "node_modules" / "@dagrejs" / "dagre").is_dir():
         BENCH.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["npm", "install", "--prefix", str(BENCH), "--no-audit", "--no-fund", "@dagrejs/dagre"],
+        subprocess.run(["npm", "install", "--prefix", str(BENCH), "--no-audit", "--no-fund", "@dagrejs/dagre", "elkjs"],
                        check=True, capture_output=True)
-    script = BENCH / "layout.js"
-    script.write_text(DAGRE_JS % {"gap": graph_layout.BOX_GAP, "layer_gap": graph_layout.LAYER_GAP,
-                                  "box_h": graph_layout.BOX_H})
-    done = subprocess.run(["node", str(script)], input=json.dumps({"widths": widths, "edges": edges}),
-                          capture_output=True, text=True, check=True, cwd=BENCH, timeout=300)
+    path = BENCH / f"{name}.js"
+    path.write_text(script % {"gap": graph_layout.BOX_GAP, "layer_gap": graph_layout.LAYER_GAP,
+                              "box_h": graph_layout.BOX_H})
+    done = subprocess.run(["node", str(path)], input=json.dumps({"widths": widths, "edges": edges}),
+                          capture_output=True, text=True, check=True, cwd=BENCH, timeout=600)
     return json.loads(done.stdout)
+
+
+def big_stack():
+    """The 20,021-box graph: timed only (dagre and ELK take minutes on it)."""
+    sys.path.insert(0, str(REPO / "tests" / "benchmarks"))
+    from autograd_graph_2000 import build_loss
+
+    loss, model = build_loss(1820)
+    data = graph_view.from_autograd(autograd_graph.trace(loss, module=model))
+    view = graph_view.view(data, {path for n in data.nodes for path in n.group})
+    return [b.w for b in view.boxes], [(e.src, e.dst) for e in view.edges]
 
 
 def main() -> None:
     if shutil.which("node") is None:
-        sys.exit("needs Node.js and npm (for @dagrejs/dagre)")
-    print(f"{'graph':<24}{'boxes':>6}{'edges':>7}{'ours':>7}{'dagre':>7}{'ratio':>7}{'overlaps':>10}")
+        sys.exit("needs Node.js and npm (for @dagrejs/dagre and elkjs)")
+    fixture = {}
+    print(f"{'graph':<24}{'boxes':>6}{'edges':>7}  crossings: ours / dagre / ELK   time (ms): ours / dagre / ELK")
     for name, widths, edges in graphs():
+        start = time.perf_counter()
         ours = graph_layout.layout(len(widths), edges, widths)
-        again = graph_layout.layout(len(widths), edges, widths)
-        assert ours == again, "the layout is not deterministic"
-        theirs = dagre(widths, edges)
-        a, b = geometric_crossings(ours.routes), geometric_crossings(theirs["routes"])
-        ratio = f"{a / b:.2f}" if b else ("1.00" if a == 0 else "inf")
-        print(f"{name:<24}{len(widths):>6}{len(edges):>7}{a:>7}{b:>7}{ratio:>7}{overlaps(ours.boxes):>6} / "
-              f"{overlaps(theirs['boxes'])}")
+        ms = (time.perf_counter() - start) * 1000
+        assert ours == graph_layout.layout(len(widths), edges, widths), "the layout is not deterministic"
+        theirs = {tool: _node(tool, script, widths, edges) for tool, script in (("dagre", DAGRE_JS), ("elk", ELK_JS))}
+        counts = [geometric_crossings(ours.routes)] + [geometric_crossings(t["routes"]) for t in theirs.values()]
+        assert graph_layout.crossings(ours) == counts[0] and overlaps(ours.boxes) == 0
+        print(f"{name:<24}{len(widths):>6}{len(edges):>7}  {' / '.join(map(str, counts)):>22}   "
+              f"{ms:.0f} / {theirs['dagre']['ms']} / {theirs['elk']['ms']}")
+        fixture[name] = {"widths": widths, "edges": edges, "crossings": counts[0]}
+    widths, edges = big_stack()
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        graph_layout.layout(len(widths), edges, widths)
+        times.append(time.perf_counter() - start)
+    print(f"{'residual stack x1820':<24}{len(widths):>6}{len(edges):>7}  ours {sorted(times)[1]:.2f} s (median of 3)")
+    if "--write-fixture" in sys.argv:
+        kept = {k: v for k, v in fixture.items() if k in ("ResNet-18", "DenseNet-style block", "TransformerEncoder x36")}
+        FIXTURE.write_text(json.dumps(kept, separators=(",", ":")) + "\n")
+        print(f"wrote {FIXTURE.relative_to(REPO)}")
 
 
 if __name__ == "__main__":
