@@ -265,14 +265,26 @@ function mean(x, vs) {
   return total / vs.length;
 }
 
-function fit(row, pos, wide, x) {
-  for (let i = 1; i < row.length; i++) {
-    pos[i] = Math.max(pos[i], pos[i - 1] + (wide[row[i - 1]] + wide[row[i]]) / 2 + BOX_GAP);
+function fit(row, pos, wide, x) {        // pool adjacent violators, as in Python
+  const blocks = [];
+  for (let i = 0; i < row.length; i++) {
+    blocks.push([i, i, pos[i], 1, 0]);
+    while (blocks.length > 1) {
+      const a = blocks[blocks.length - 2], b = blocks[blocks.length - 1];
+      const shift = a[4] + (wide[row[a[1]]] + wide[row[b[0]]]) / 2 + BOX_GAP;
+      if (a[2] / a[3] + shift <= b[2] / b[3]) break;
+      [a[1], a[2], a[3], a[4]] = [b[1], a[2] + b[2] - shift * b[3], a[3] + b[3], shift + b[4]];
+      blocks.pop();
+    }
   }
-  for (let i = row.length - 2; i >= 0; i--) {
-    pos[i] = Math.min(pos[i], pos[i + 1] - (wide[row[i]] + wide[row[i + 1]]) / 2 - BOX_GAP);
+  for (const [first, last, total, count] of blocks) {
+    let at = total / count;
+    x[row[first]] = at;
+    for (let i = first + 1; i <= last; i++) {
+      at += (wide[row[i - 1]] + wide[row[i]]) / 2 + BOX_GAP;
+      x[row[i]] = at;
+    }
   }
-  row.forEach((v, i) => { x[v] = pos[i]; });
 }
 
 function draw(n, upward, chains, layer, order, x, widths) {

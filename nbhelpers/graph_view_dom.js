@@ -32,7 +32,9 @@ const CSS = `
 .gv-pane { flex: 1; min-width: 0; }
 .gv-title { font-weight: bold; min-height: 1.5em; }
 .gv-stage { border: 1px solid var(--gv-border); height: 480px; overflow: hidden; cursor: grab; background: var(--gv-bg); }
-.gv-stage svg { width: 100%; height: 100%; display: block; }
+.gv-stage { position: relative; }
+.gv-stage svg, .gv-canvas { width: 100%; height: 100%; display: block; }
+.gv-canvas { position: absolute; left: 0; top: 0; }
 .gv-stage text { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; fill: var(--gv-box-fg); pointer-events: none; }
 .gv-box rect { stroke: var(--gv-stroke); }
 ${Object.keys(KINDS).map((k) => `.gv-k-${k} rect, .gv-sw.gv-k-${k} { fill: var(--gv-${FILLS[k] || k}); background: var(--gv-${FILLS[k] || k}); }`).join("\n")}
@@ -95,6 +97,39 @@ function followTheme(root) {         // JupyterLab says on <body>; a plain page 
   return () => { observer.disconnect(); media.removeEventListener("change", apply); };
 }
 
+const CULL = 1500, MAX_SVG = 1500;     // boxes: above CULL only what is on screen is drawn; above MAX_SVG, on a canvas
+
+function drawCanvas(canvas, stage, v, f) {
+  const r = stage.getBoundingClientRect(), ratio = window.devicePixelRatio || 1, css = getComputedStyle(stage);
+  canvas.width = Math.round(r.width * ratio);
+  canvas.height = Math.round(r.height * ratio);
+  const ctx = canvas.getContext("2d"), scale = (r.width / f.w) * ratio;
+  ctx.setTransform(scale, 0, 0, scale, -f.x * scale, -f.y * scale);
+  ctx.clearRect(f.x, f.y, f.w, f.h);
+  ctx.beginPath();                            // every edge in one path, every fill in one path each
+  for (const e of v.edges) {
+    if (e.box[2] < f.x || e.box[0] > f.x + f.w || e.box[3] < f.y || e.box[1] > f.y + f.h) continue;
+    e.points.forEach(([x, y], k) => (k ? ctx.lineTo(x, y) : ctx.moveTo(x, y)));
+  }
+  ctx.strokeStyle = css.getPropertyValue("--gv-line").trim() || "#777";
+  ctx.lineWidth = 1 / scale;
+  ctx.stroke();
+  const byKind = new Map();
+  for (const b of v.boxes) {
+    if (b.x + b.w < f.x || b.x > f.x + f.w || b.y + b.h < f.y || b.y > f.y + f.h) continue;
+    if (!byKind.has(b.kind)) byKind.set(b.kind, []);
+    byKind.get(b.kind).push(b);
+  }
+  for (const [kind, boxes] of byKind) {
+    ctx.beginPath();
+    for (const b of boxes) ctx.rect(b.x, b.y, b.w, b.h);
+    ctx.fillStyle = css.getPropertyValue(`--gv-${FILLS[kind] || kind}`).trim();
+    ctx.fill();
+    ctx.strokeStyle = css.getPropertyValue("--gv-stroke").trim();
+    ctx.stroke();
+  }
+}
+
 function drawBox(b, i, picture) {
   const marks = b.mark ? [`gv-${b.mark}`] : [];
   const g = svg("g", { class: ["gv-box", `gv-k-${b.kind}`, ...marks].join(" "), "data-box": i, "data-key": b.key }, picture);
@@ -118,13 +153,19 @@ function makePane(graph, parent, hooks, side) {
   stage.setAttribute("aria-label", `${graph.title || "graph"}: arrow keys move between boxes, Enter opens a module, `
     + "Escape clears, + and - zoom");
   const picture = svg("svg", { preserveAspectRatio: "xMidYMin meet", "aria-hidden": "true" }, stage);
+  const canvas = tag("canvas", undefined, stage, "gv-canvas");    // far zoom on a big view: no DOM per box
+  canvas.hidden = true;
   const self = { graph, side, stage, expanded: new Set(graph.expanded), view: null, frame: null, selected: -1,
     cursor: -1, step: -1, query: "", hits: [] };
-  const boxElement = (i) => picture.querySelector(`g[data-box="${i}"]`);
+  const boxElement = (i) => picture.querySelector(`g[data-box="${i}"]`) || { classList: { add() {} } };  // culled
 
   self.applyFrame = () => {
     const f = self.frame;
     picture.setAttribute("viewBox", `${f.x} ${f.y} ${f.w} ${f.h}`);
+    if (self.view.boxes.length > CULL && !self.pending) {      // a big view redraws what is on screen
+      self.pending = true;
+      requestAnimationFrame(() => { self.pending = false; self.paint(false); });
+    }
   };
   self.fit = () => {               // the width fitted, never magnified; taller views pan vertically
     const width = stage.getBoundingClientRect().width || 760, v = self.view;
@@ -136,25 +177,53 @@ function makePane(graph, parent, hooks, side) {
   };
   self.relayout = () => {
     self.view = viewOf(graph, self.expanded);
+    self.view.edges.forEach((e) => {          // each edge's bounding box, to find those on screen
+      const xs = e.points.map((q) => q[0]), ys = e.points.map((q) => q[1]);
+      e.box = [Math.min(...xs), Math.min(...ys), Math.max(...xs), Math.max(...ys)];
+    });
+    self.drawn = null;
+    self.cursor = self.view.boxOf.has(self.selected) ? self.view.boxOf.get(self.selected) : -1;
+    self.fit();
+    self.paint(true);
+  };
+  // Draw the boxes and edges in `region` (all of a small view) as SVG; on a big view zoomed out so far that
+  // more than MAX_SVG boxes are on screen, draw them on the canvas instead (no text: it would be < 4 px).
+  self.paint = (force) => {
+    const v = self.view, f = self.frame, d = self.drawn;
+    if (!force && d && f.x >= d.x && f.y >= d.y && f.x + f.w <= d.x + d.w && f.y + f.h <= d.y + d.h) return;
+    const big = v.boxes.length > CULL;
+    const region = big ? { x: f.x - f.w / 2, y: f.y - f.h / 2, w: 2 * f.w, h: 2 * f.h } : { x: -Infinity, y: -Infinity, w: Infinity, h: Infinity };
+    const meets = (x0, y0, x1, y1) => x1 >= region.x && x0 <= region.x + region.w && y1 >= region.y && y0 <= region.y + region.h;
+    const boxes = v.boxes.map((b, i) => i).filter((i) => { const b = v.boxes[i]; return meets(b.x, b.y, b.x + b.w, b.y + b.h); });
+    const far = big && boxes.length > MAX_SVG;
+    canvas.hidden = !far;
+    stage.dataset.drawn = `${boxes.length} ${far ? "canvas" : "svg"}`;    // what a test (or a curious reader) can see
     picture.replaceChildren();
+    if (far) { self.drawn = null; drawCanvas(canvas, stage, v, f); return; }
     const arrow = `gv-arrow-${++arrows}`;     // ids are page-wide: one per drawing
     const marker = svg("marker", { id: arrow, viewBox: "0 0 6 6", refX: 6, refY: 3, markerWidth: 6,
       markerHeight: 6, orient: "auto" }, svg("defs", {}, picture));
     svg("path", { d: "M0,0 L6,3 L0,6 z", fill: "var(--gv-line)" }, marker);
-    self.view.edges.forEach((e, i) => {
-      svg("polyline", { points: e.points.map((p) => p.join(",")).join(" "), class: "gv-edge",
+    v.edges.forEach((e, i) => {
+      if (!meets(...e.box)) return;
+      svg("polyline", { points: e.points.map((q) => q.join(",")).join(" "), class: "gv-edge",
         "marker-end": `url(#${arrow})`, "data-edge": i }, picture);
     });
-    self.view.boxes.forEach((b, i) => {
-      const g = drawBox(b, i, picture);
+    for (const i of boxes) {
+      const g = drawBox(v.boxes[i], i, picture);
       g.addEventListener("click", () => hooks.click(self, i));
       g.addEventListener("mouseenter", () => hooks.hover(self, i));
       g.addEventListener("mouseleave", () => hooks.hover(self, -1));
-    });
-    self.cursor = self.view.boxOf.has(self.selected) ? self.view.boxOf.get(self.selected) : -1;
-    self.fit();
+    }
+    self.drawn = big ? region : null;
     self.mark();
   };
+  canvas.addEventListener("click", (event) => {          // the canvas has no boxes to click: find the one hit
+    const r = stage.getBoundingClientRect(), f = self.frame;
+    const x = f.x + ((event.clientX - r.left) / r.width) * f.w, y = f.y + ((event.clientY - r.top) / r.height) * f.h;
+    const hit = self.view.boxes.findIndex((b) => x >= b.x && x <= b.x + b.w && y >= b.y && y <= b.y + b.h);
+    if (hit >= 0) hooks.click(self, hit);
+  });
   self.mark = () => {
     for (const cls of ["gv-selected", "gv-run", "gv-match", "gv-linked"]) {
       picture.querySelectorAll(`.${cls}`).forEach((g) => g.classList.remove(cls));
@@ -188,7 +257,8 @@ function makePane(graph, parent, hooks, side) {
     if (i < 0) return "";
     const edges = self.view.edges.filter((e) => e.from === i || e.to === i);
     self.view.edges.forEach((e, k) => {
-      if (e.from === i || e.to === i) picture.querySelector(`polyline[data-edge="${k}"]`).classList.add("gv-hot");
+      const line = (e.from === i || e.to === i) && picture.querySelector(`polyline[data-edge="${k}"]`);
+      if (line) line.classList.add("gv-hot");
     });
     const mine = new Set(self.view.boxes[i].members.flatMap((m) => graph.nodes[m].storages));
     let sharing = 0;
