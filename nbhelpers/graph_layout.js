@@ -266,12 +266,15 @@ function mean(x, vs) {
 }
 
 function fit(row, pos, wide, x) {        // pool adjacent violators, as in Python
+  const gaps = [];
+  for (let i = 0; i + 1 < row.length; i++) gaps.push((wide[row[i]] + wide[row[i + 1]]) / 2 + BOX_GAP);
+  if (gaps.every((g, i) => pos[i] + g <= pos[i + 1])) { row.forEach((v, i) => { x[v] = pos[i]; }); return; }
   const blocks = [];
   for (let i = 0; i < row.length; i++) {
     blocks.push([i, i, pos[i], 1, 0]);
     while (blocks.length > 1) {
       const a = blocks[blocks.length - 2], b = blocks[blocks.length - 1];
-      const shift = a[4] + (wide[row[a[1]]] + wide[row[b[0]]]) / 2 + BOX_GAP;
+      const shift = a[4] + gaps[a[1]];
       if (a[2] / a[3] + shift <= b[2] / b[3]) break;
       [a[1], a[2], a[3], a[4]] = [b[1], a[2] + b[2] - shift * b[3], a[3] + b[3], shift + b[4]];
       blocks.pop();
@@ -281,7 +284,7 @@ function fit(row, pos, wide, x) {        // pool adjacent violators, as in Pytho
     let at = total / count;
     x[row[first]] = at;
     for (let i = first + 1; i <= last; i++) {
-      at += (wide[row[i - 1]] + wide[row[i]]) / 2 + BOX_GAP;
+      at += gaps[i - 1];
       x[row[i]] = at;
     }
   }

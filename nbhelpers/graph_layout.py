@@ -301,12 +301,17 @@ def _fit(row, pos, wide, x) -> None:
     that would overlap are pooled into a block centred on the mean of what its boxes want (the
     pool-adjacent-violators algorithm). Pushing overlaps one way instead set a crowded row to the right of
     its parent, and a chain of such rows drifted into a staircase 20,000 px wide on a residual stack."""
+    gaps = [(wide[row[i]] + wide[row[i + 1]]) / 2 + BOX_GAP for i in range(len(row) - 1)]
+    if all(pos[i] + gaps[i] <= pos[i + 1] for i in range(len(gaps))):   # nothing overlaps: the usual row
+        for v, p in zip(row, pos):
+            x[v] = p
+        return
     blocks = []                 # [first, last, sum of (wanted - offset in block), count, offset of last]
     for i in range(len(row)):
         blocks.append([i, i, pos[i], 1, 0.0])
         while len(blocks) > 1:
             a, b = blocks[-2], blocks[-1]
-            shift = a[4] + (wide[row[a[1]]] + wide[row[b[0]]]) / 2 + BOX_GAP   # b's start, from a's start
+            shift = a[4] + gaps[a[1]]                # b's start, measured from a's start
             if a[2] / a[3] + shift <= b[2] / b[3]:
                 break
             a[1], a[2], a[3], a[4] = b[1], a[2] + b[2] - shift * b[3], a[3] + b[3], shift + b[4]
@@ -315,7 +320,7 @@ def _fit(row, pos, wide, x) -> None:
         at = total / count
         x[row[first]] = at
         for i in range(first + 1, last + 1):
-            at += (wide[row[i - 1]] + wide[row[i]]) / 2 + BOX_GAP
+            at += gaps[i - 1]
             x[row[i]] = at
 
 

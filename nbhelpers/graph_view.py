@@ -234,10 +234,24 @@ def _picture(sides, expanded: list[str], selected: int) -> str:
             f'<g transform="translate({width + 20:.0f},0)">{render_svg(right)}</g></svg>')
 
 
-def esm() -> str:
-    """The front-end as one ES module: the layout, the boxes, the drawing (a notebook stores it whole; the
-    static site has nowhere to import a second file from)."""
+def esm_source() -> str:
+    """The front-end as one ES module: the layout, the boxes, the drawing (the static site has nowhere to
+    import a second file from)."""
     return "\n".join(path.read_text() for path in _ESM_FILES)
+
+
+def esm() -> str:
+    """What each view's state carries: graph_view_loader.js with esm_source() deflated inside (a notebook
+    keeps one copy per view; 02 has five)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+    packed = base64.b64encode(packer.compress(esm_source().encode()) + packer.flush()).decode("ascii")
+    return (_HERE / "graph_view_loader.js").read_text().replace('"@CODE@"', json.dumps(packed))
+
+
+def unpacked_esm(stored: str) -> str:
+    """The module a stored `_esm` (esm()'s output) carries, to compare with esm_source() whatever zlib packed it."""
+    packed = json.loads(stored.split("const CODE = ", 1)[1].split(";\n", 1)[0])
+    return zlib.decompress(base64.b64decode(packed), -15).decode()
 
 
 @functools.cache

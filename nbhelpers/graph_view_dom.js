@@ -192,8 +192,9 @@ function makePane(graph, parent, hooks, side) {
     const v = self.view, f = self.frame, d = self.drawn;
     if (!force && d && f.x >= d.x && f.y >= d.y && f.x + f.w <= d.x + d.w && f.y + f.h <= d.y + d.h) return;
     const big = v.boxes.length > CULL;
-    const region = big ? { x: f.x - f.w / 2, y: f.y - f.h / 2, w: 2 * f.w, h: 2 * f.h } : { x: -Infinity, y: -Infinity, w: Infinity, h: Infinity };
-    const meets = (x0, y0, x1, y1) => x1 >= region.x && x0 <= region.x + region.w && y1 >= region.y && y0 <= region.y + region.h;
+    const region = { x: f.x - f.w / 2, y: f.y - f.h / 2, w: 2 * f.w, h: 2 * f.h };    // the frame and a margin
+    const meets = (x0, y0, x1, y1) => !big
+      || (x1 >= region.x && x0 <= region.x + region.w && y1 >= region.y && y0 <= region.y + region.h);
     const boxes = v.boxes.map((b, i) => i).filter((i) => { const b = v.boxes[i]; return meets(b.x, b.y, b.x + b.w, b.y + b.h); });
     const far = big && boxes.length > MAX_SVG;
     canvas.hidden = !far;

@@ -1,7 +1,7 @@
 """The browser lays out what the learner opens with graph_layout.js and graph_view.js: they must give what
 graph_layout and graph_boxes give, to the last bit, or the SVG a notebook stores and the view a learner
-clicks would disagree. Node runs the very module the widget ships (graph_view.esm()); a missing Node is a
-skip here and a failure under REQUIRE_SITE=1 (CI), which installs it for the site."""
+clicks would disagree. Node runs the very module the widget ships (graph_view.esm_source(), which esm() packs);
+a missing Node is a skip here and a failure under REQUIRE_SITE=1 (CI), which installs it for the site."""
 import functools
 import json
 import os
@@ -46,7 +46,7 @@ def _node() -> str:
 
 
 def run_js(tmp_path: Path, job: dict) -> dict:
-    (tmp_path / "esm.mjs").write_text(graph_view.esm())
+    (tmp_path / "esm.mjs").write_text(graph_view.esm_source())
     (tmp_path / "driver.mjs").write_text(DRIVER)
     done = subprocess.run([_node(), "driver.mjs"], cwd=tmp_path, input=json.dumps(job), capture_output=True,
                           text=True, timeout=300)

@@ -224,14 +224,14 @@ def test_graph_view_interactions_in_jupyterlab(page, lab):
     resnet.locator(".gv-search").fill("downsample")
     assert resnet.locator(".gv-info").inner_text().endswith('boxes match "downsample"')
     assert resnet.locator(".gv-box.gv-match").count() >= 1
-    # collapse and expand
-    assert resnet.locator(".gv-depth").inner_text() == "depth 1 of 5: 12 boxes"
+    # open one module, collapse it from a node's module path; the keyboard; the diff's titles and selection
+    resnet.locator(".gv-search").fill("")
     start = time.perf_counter()
-    resnet.locator(".gv-box", has_text="layer1").first.click()
-    assert resnet.locator(".gv-depth").inner_text() == "depth 2 of 5: 22 boxes"
-    timings["expand"] = time.perf_counter() - start
-    resnet.locator(".gv-collapse").click()
-    assert resnet.locator(".gv-depth").inner_text() == "depth 1 of 5: 12 boxes"
+    browser.check_one_module_opens(resnet)
+    timings["open, select, collapse"] = time.perf_counter() - start
+    browser.check_keyboard(mlp)
+    browser.check_diff(_graph_views(page).nth(4), ("plain", "with checkpointing"), "saved bytes differ")
+    browser.check_labels_fit(page)
     # the stepper: step 1 runs the root
     mlp.locator(".gv-forward").click()
     assert mlp.locator(".gv-info").inner_text() == "step 1 of 12: runs NllLossBackward0"
@@ -241,7 +241,7 @@ def test_graph_view_interactions_in_jupyterlab(page, lab):
     reader = page.locator(".jp-CodeCell", has_text="print(\"selected:\", resnet_view.selected").first
     reader.click()
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-cell')")
-    reader.locator(".jp-OutputArea-output", has_text="selected: 0 | step: -1 | depth: 1").wait_for()
+    reader.locator(".jp-OutputArea-output", has_text="selected: 0 | step: -1 | open: ['ResNet']").wait_for()
     assert "SumBackward0 ('module', '(outside modules)')" in reader.locator(".jp-OutputArea-output").inner_text()
     mlp.scroll_into_view_if_needed()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -297,3 +297,27 @@ def _timed_click(page, target, appears) -> float:
     target.click()
     appears.wait_for()
     return time.perf_counter() - start
+
+
+DARK_FILL = """(view) => {
+    const fill = getComputedStyle(view.querySelector("g.gv-box rect")).fill.match(/[0-9.]+/g).map(Number);
+    const luminance = (0.2126 * fill[0] + 0.7152 * fill[1] + 0.0722 * fill[2]) / 255;
+    return { dark: view.classList.contains("gv-dark"), luminance };
+}"""
+
+
+@pytest.mark.browser
+def test_views_follow_jupyterlabs_theme(page, lab):
+    open_notebook(page, lab, "02_autograd_graph.ipynb")
+    view = _graph_views(page).nth(0)
+    view.locator(".gv-box").first.wait_for(timeout=60_000)
+    light = view.evaluate(DARK_FILL)
+    try:
+        page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+        page.wait_for_function("document.body.dataset.jpThemeLight === 'false'", timeout=60_000)
+        page.wait_for_function("document.querySelector('.jp-OutputArea-output .gv').classList.contains('gv-dark')")
+        dark = view.evaluate(DARK_FILL)
+    finally:
+        page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
+        page.wait_for_function("document.body.dataset.jpThemeLight === 'true'", timeout=60_000)
+    assert not light["dark"] and light["luminance"] > 0.7 and dark["luminance"] < 0.25, (light, dark)

@@ -12,6 +12,7 @@ from nbhelpers._tools import notebook_tools
 from tests import REPO, browser
 
 SERIES = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))     # all 13: every page is checked
+SCREENSHOTS = REPO / "build" / "screenshots"
 COMPILE_NB = REPO / "notebooks" / "05_compile_backends.ipynb"
 CUSTOM_OPS_NB = REPO / "notebooks" / "11_custom_ops.ipynb"
 
@@ -297,3 +298,24 @@ def test_click_and_collapse_times_at_two_thousand_nodes(page, served):
     assert view.locator(".gv-box").count() == 2003
     print(f"2,003 boxes: click -> details {click:.1f} ms, collapse all {collapse:.1f} ms, open the model "
           f"({view.locator('.gv-count').inner_text()}) {open_one:.1f} ms, expand all {expand:.1f} ms")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", ["02_autograd_graph", "05_compile_backends"])
+def test_light_and_dark_screenshots_of_the_first_view(page, served, name):
+    """The first view of the page in both colour schemes, saved under build/screenshots; the dark one's stage
+    must be dark and its boxes still distinct from it (compared by mean and spread of luminance)."""
+    from PIL import Image, ImageStat
+
+    shots = {}
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        page.goto(f"{served}/{name}.html")
+        stage = page.locator(".gv-stage").first
+        stage.locator(".gv-box").first.wait_for(timeout=60_000)
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        path = SCREENSHOTS / f"{name}_{scheme}.png"
+        stage.screenshot(path=str(path))
+        shots[scheme] = ImageStat.Stat(Image.open(path).convert("L"))
+    light, dark = shots["light"], shots["dark"]
+    assert light.mean[0] > 200 and dark.mean[0] < 80 and dark.stddev[0] > 10, (light.mean, dark.mean, dark.stddev)
