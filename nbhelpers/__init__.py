@@ -34,7 +34,8 @@ The map. Each module has one layer and imports only from its own layer and the l
 | ddp_timeline      | instrument | 07                         | DDP's backward on every rank: ops and all-reduces    |
 | stderr_capture    | instrument | 04 08 09                   | what C++ and child processes write to fd 2           |
 | worker_probe      | instrument | 04                         | what happens inside a DataLoader worker              |
-| graph_layout      | view       | 02                         | a layered drawing of any directed graph              |
+| graph_layout      | view       | 02                         | a layered drawing of any directed graph (+ its .js)  |
+| graph_boxes       | view       | -                          | a view's boxes: open modules, cut labels, the SVG    |
 | graph_view        | view       | 02 05 10 11                | a clickable graph: JupyterLab, static site, SVG      |
 | graph_diff        | view       | 02 11                      | two graphs, node by node                             |
 | compile_view      | view       | 05 10 11                   | compile_lens reports and exports as graph views      |

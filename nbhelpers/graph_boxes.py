@@ -23,7 +23,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from nbhelpers import graph_layout
+from nbhelpers import arguments, graph_layout
 
 __all__ = ["Box", "Route", "View", "view", "first_expansion", "render_svg", "legend_items", "module_info",
            "columns", "fitted", "LEGEND", "MAX_BOXES", "STAGE_W", "MIN_TEXT_PX"]
@@ -210,6 +210,9 @@ def _children(data, parents: list[str]) -> list[str]:
 def render_svg(shown: View, selected: int | None = None) -> str:
     """The view as an SVG string, with a legend of the fills and outlines it uses; a box holding node
     `selected` is outlined."""
+    arguments.require("graph_view.render_svg", "view", shown, View, "a graph_view.View, such as graph_view.view(data)")
+    if selected is not None:
+        arguments.require("graph_view.render_svg", "selected", selected, int, "a node id (an int) or None")
     width = max(shown.width, 400)
     legend, legend_h = _svg_legend(legend_items(shown), shown.height + 4, width)
     height = shown.height + legend_h + 4

@@ -134,9 +134,14 @@ def _targets(data: GraphData) -> list[list[int]]:
 def view(data: GraphData, expanded=None) -> View:
     """The boxes and edges with the modules in `expanded` (paths) open, laid out; None opens what the
     widget's first view opens (`graph_boxes.first_expansion`: legible at a notebook's width)."""
-    check(data, "graph_view.view", "data")
-    if expanded is not None and (isinstance(expanded, str) or not all(isinstance(p, str) for p in expanded)):
-        raise TypeError(f"graph_view.view: `expanded` must be module paths (a set or list of str), such as "
+    return _view("graph_view.view", data, expanded)
+
+
+def _view(function: str, data, expanded) -> View:
+    check(data, function, "data")
+    if expanded is not None and (isinstance(expanded, str) or not hasattr(expanded, "__iter__")
+                                 or not all(isinstance(p, str) for p in expanded)):
+        raise TypeError(f"{function}: `expanded` must be module paths (a set or list of str), such as "
                         f"{{'ResNet', 'ResNet.layer1'}}; got {arguments.given(expanded)}")
     return graph_boxes.view(data, graph_boxes.first_expansion(data) if expanded is None else frozenset(expanded))
 
@@ -185,7 +190,7 @@ def show(data: GraphData, selected: int | None = None, expanded=None):
 
     `selected`, `step` and `expanded` are traits: a later cell reads what the learner clicked and opened.
     """
-    shown = view(data, expanded)
+    shown = _view("graph_view.show", data, expanded)
     if selected is not None:
         _check_node("graph_view.show", "selected", selected, len(data.nodes))
     widget = _widget_class()(graph=_text(_state(data, shown.expanded)), expanded=sorted(shown.expanded),
