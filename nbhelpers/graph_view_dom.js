@@ -444,7 +444,8 @@ async function render({ model, el }) {
   }
 
   function afterLayout() {
-    counts.textContent = panes.map((p) => `${p.view.boxes.length} boxes of ${p.graph.nodes.length} nodes`).join(" | ");
+    const boxes = (n) => `${n} box${n === 1 ? "" : "es"}`;
+    counts.textContent = panes.map((p) => `${boxes(p.view.boxes.length)} of ${p.graph.nodes.length} nodes`).join(" | ");
     legend(legendBox, panes);
     sync("expanded", [...panes[0].expanded].sort());
   }

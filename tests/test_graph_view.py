@@ -292,3 +292,18 @@ def test_a_diff_names_its_sides_and_carries_the_matched_pairs():
     assert graph_view._untext(named.other)["title"] == "with checkpointing"
     with pytest.raises(TypeError, match="`titles` must be two non-empty strings"):
         graph_view.show_diff(changes, titles=("eager", ""))
+
+
+def test_a_two_thousand_node_view_stores_at_most_120_kb():
+    """Issue 29's budget: the state and the SVG fallback of a 2,000-node graph; the front-end counted too."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench", REPO / "tests" / "benchmarks" / "autograd_graph_2000.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    loss, model = bench.build_loss()
+    data = graph_view.from_autograd(autograd_graph.trace(loss, module=model))
+    widget = graph_view.show(data)
+    svg = widget._repr_mimebundle_()["image/svg+xml"]
+    assert len(data.nodes) == 2003
+    assert len(widget.graph) + len(svg) + len(widget._esm) <= 120_000, (len(widget.graph), len(svg), len(widget._esm))
