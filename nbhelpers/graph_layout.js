@@ -241,6 +241,8 @@ function place(order, up, down, widths, n) {
     let cursor = MARGIN;
     for (const v of row) { x[v] = cursor + wide[v] / 2; cursor += wide[v] + BOX_GAP; }
   }
+  const weight = [];
+  for (let v = 0; v < total; v++) weight.push(v >= n ? 8 : up[v].length + down[v].length <= 1 ? 1 : 4);   // Python's _weight
   for (let s = 0; s < 6; s++) {
     const rows = [];
     if (s % 2 === 0) for (let k = 0; k < order.length; k++) rows.push(k);
@@ -248,9 +250,9 @@ function place(order, up, down, widths, n) {
     const links = s % 2 === 0 ? up : down;
     for (const k of rows) {
       const row = order[k];
-      const wanted = row.map((v) => (links[v].length ? mean(x, links[v]) : x[v]));
+      const wanted = row.map((v) => (links[v].length ? mean(x, links[v], weight) : x[v]));
       if (row.length === 1) x[row[0]] = wanted[0];
-      else fit(row, wanted, wide, x);
+      else fit(row, wanted, wide, x, weight);
     }
   }
   let least = Infinity;
@@ -259,19 +261,20 @@ function place(order, up, down, widths, n) {
   return x.map((c) => c + shift);
 }
 
-function mean(x, vs) {
-  let total = 0;
-  for (const v of vs) total += x[v];
-  return total / vs.length;
+function mean(x, vs, weight) {
+  let total = 0, mass = 0;
+  for (const v of vs) { total += weight[v] * x[v]; mass += weight[v]; }
+  return total / mass;
 }
 
-function fit(row, pos, wide, x) {        // pool adjacent violators, as in Python
+function fit(row, pos, wide, x, weight) {        // weighted pool adjacent violators, as in Python
   const gaps = [];
   for (let i = 0; i + 1 < row.length; i++) gaps.push((wide[row[i]] + wide[row[i + 1]]) / 2 + BOX_GAP);
   if (gaps.every((g, i) => pos[i] + g <= pos[i + 1])) { row.forEach((v, i) => { x[v] = pos[i]; }); return; }
   const blocks = [];
   for (let i = 0; i < row.length; i++) {
-    blocks.push([i, i, pos[i], 1, 0]);
+    const w = weight[row[i]];
+    blocks.push([i, i, w * pos[i], w, 0]);
     while (blocks.length > 1) {
       const a = blocks[blocks.length - 2], b = blocks[blocks.length - 1];
       const shift = a[4] + gaps[a[1]];

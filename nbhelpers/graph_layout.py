@@ -273,32 +273,44 @@ def _place(order, up, down, widths, n: int) -> list[float]:
         for v in row:
             x[v] = cursor + wide[v] / 2
             cursor += wide[v] + BOX_GAP
+    weight = [_weight(v, n, up, down) for v in range(total)]
     for sweep in range(6):
         rows = range(len(order)) if sweep % 2 == 0 else range(len(order) - 1, -1, -1)
         links = up if sweep % 2 == 0 else down
         for k in rows:
             row = order[k]
-            wanted = [_mean(x, links[v]) if links[v] else x[v] for v in row]
+            wanted = [_mean(x, links[v], weight) if links[v] else x[v] for v in row]
             if len(row) == 1:                        # alone in its row: nothing to keep apart
                 x[row[0]] = wanted[0]
             else:
-                _fit(row, wanted, wide, x)
+                _fit(row, wanted, wide, x, weight)
     shift = MARGIN - min(x[v] - wide[v] / 2 for v in range(total))
     return [c + shift for c in x]
 
 
-def _mean(x, vs) -> float:
-    """Added one by one: sum() of floats is compensated from Python 3.12 on, so it would give other
-    last bits on 3.12 than on 3.11 and than graph_layout.js's plain loop."""
-    total = 0.0
+def _weight(v: int, n: int, up, down) -> float:
+    """How strongly a vertex holds its place: a long edge's point most (its edge stays straight), a box on
+    the graph's spine next, a box hanging from one neighbour (a parameter's AccumulateGrad) least. Equal
+    weights let such leaves push their parent aside in every row, and a residual network drifted sideways
+    block after block (dot weighs its edges the same way, Gansner et al. 1993)."""
+    if v >= n:
+        return 8.0
+    return 1.0 if len(up[v]) + len(down[v]) <= 1 else 4.0
+
+
+def _mean(x, vs, weight) -> float:
+    """The weighted mean, added one by one: sum() of floats is compensated from Python 3.12 on, so it would
+    give other last bits on 3.12 than on 3.11 and than graph_layout.js's plain loop."""
+    total = mass = 0.0
     for v in vs:
-        total += x[v]
-    return total / len(vs)
+        total += weight[v] * x[v]
+        mass += weight[v]
+    return total / mass
 
 
-def _fit(row, pos, wide, x) -> None:
-    """The positions nearest the wanted `pos` (least squares) that keep the row's order and gaps: boxes
-    that would overlap are pooled into a block centred on the mean of what its boxes want (the
+def _fit(row, pos, wide, x, weight) -> None:
+    """The positions nearest the wanted `pos` (weighted least squares) that keep the row's order and gaps:
+    boxes that would overlap are pooled into a block centred on the weighted mean of what they want (the
     pool-adjacent-violators algorithm). Pushing overlaps one way instead set a crowded row to the right of
     its parent, and a chain of such rows drifted into a staircase 20,000 px wide on a residual stack."""
     gaps = [(wide[row[i]] + wide[row[i + 1]]) / 2 + BOX_GAP for i in range(len(row) - 1)]
@@ -306,9 +318,10 @@ def _fit(row, pos, wide, x) -> None:
         for v, p in zip(row, pos):
             x[v] = p
         return
-    blocks = []                 # [first, last, sum of (wanted - offset in block), count, offset of last]
+    blocks = []                 # [first, last, sum of weight * (wanted - offset), sum of weights, offset of last]
     for i in range(len(row)):
-        blocks.append([i, i, pos[i], 1, 0.0])
+        w = weight[row[i]]
+        blocks.append([i, i, w * pos[i], w, 0.0])
         while len(blocks) > 1:
             a, b = blocks[-2], blocks[-1]
             shift = a[4] + gaps[a[1]]                # b's start, measured from a's start
@@ -316,8 +329,8 @@ def _fit(row, pos, wide, x) -> None:
                 break
             a[1], a[2], a[3], a[4] = b[1], a[2] + b[2] - shift * b[3], a[3] + b[3], shift + b[4]
             blocks.pop()
-    for first, last, total, count, _ in blocks:
-        at = total / count
+    for first, last, total, mass, _ in blocks:
+        at = total / mass
         x[row[first]] = at
         for i in range(first + 1, last + 1):
             at += gaps[i - 1]

@@ -35,6 +35,7 @@ const CSS = `
 .gv-stage { position: relative; }
 .gv-stage svg, .gv-canvas { width: 100%; height: 100%; display: block; }
 .gv-canvas { position: absolute; left: 0; top: 0; }
+.gv-canvas[hidden] { display: none; }
 .gv-stage text { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; fill: var(--gv-box-fg); pointer-events: none; }
 .gv-box rect { stroke: var(--gv-stroke); }
 ${Object.keys(KINDS).map((k) => `.gv-k-${k} rect, .gv-sw.gv-k-${k} { fill: var(--gv-${FILLS[k] || k}); background: var(--gv-${FILLS[k] || k}); }`).join("\n")}
