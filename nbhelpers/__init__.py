@@ -23,7 +23,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | compile_report    | record     | -                          | compile_lens's report: graphs, breaks, kernels       |
 | storage           | instrument | 01                         | storages, views, strides, version counters, lifetimes |
 | module_scope      | instrument | 02                         | which module is running, in forward and backward     |
-| autograd_graph    | instrument | 02 08                      | a backward graph as data: nodes, saved tensors, order |
+| autograd_graph    | instrument | 02 08 12                   | a backward graph as data: nodes, saved tensors, order |
 | memory            | instrument | 01 02 08                   | live bytes per op, module and phase; saved bytes     |
 | memory_agreement  | instrument | 08                         | memory.track against torch's MemTracker, to the byte |
 | eager_only        | instrument | 08                         | dispatch modes say when a compiled call ran eagerly  |
@@ -36,7 +36,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | worker_probe      | instrument | 04                         | what happens inside a DataLoader worker              |
 | graph_layout      | view       | 02                         | a layered drawing of any directed graph (+ its .js)  |
 | graph_boxes       | view       | -                          | a view's boxes: open modules, cut labels, the SVG    |
-| graph_view        | view       | 02 05 10 11                | a clickable graph: JupyterLab, static site, SVG      |
+| graph_view        | view       | 02 05 10 11 12             | a clickable graph: JupyterLab, static site, SVG      |
 | graph_diff        | view       | 02 11                      | two graphs, node by node                             |
 | compile_view      | view       | 05 10 11                   | compile_lens reports and exports as graph views      |
 | models            | lesson     | 02 03 05 06 07 08 09 10 12 | the sandwich model and the series' small models      |

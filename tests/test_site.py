@@ -326,11 +326,10 @@ def test_times_and_frames_at_two_thousand_and_twenty_thousand_nodes(page, served
     page.set_viewport_size({"width": 1000, "height": 900})
     report = []
     for name, nodes in (("97_big", 2003), ("96_huge", 20021)):
-        start = page.evaluate("performance.now()")
         page.goto(f"{served}/{name}.html")
         view = page.locator(".gv").first
-        view.locator(".gv-box").first.wait_for(timeout=120_000)
-        report.append(f"{nodes:,} nodes: first paint {page.evaluate('performance.now()') - start:.0f} ms after navigation")
+        view.locator(".gv-box").first.wait_for(timeout=120_000)          # performance.now(): since navigation
+        report.append(f"{nodes:,} nodes: first view drawn {page.evaluate('performance.now()'):.0f} ms after navigation")
         expand = page.evaluate(TIMED, ".gv .gv-expand")
         assert view.locator(".gv-count").inner_text() == f"{nodes} boxes of {nodes} nodes"     # every node reachable
         drawn, mode = view.locator(".gv-stage").get_attribute("data-drawn").split()
@@ -341,7 +340,7 @@ def test_times_and_frames_at_two_thousand_and_twenty_thousand_nodes(page, served
         click = page.evaluate(TIMED, '.gv g.gv-box[data-key^="n:"]')
         assert view.locator(".gv-details dd").count() > 0
         report.append(f"  click -> details {click:.0f} ms")
-        for target in (2000, 20000) if nodes > 2000 else (2000,):
+        for target in (2000, 20000) if nodes > 20000 else (2000,):
             shown = page.evaluate(ZOOM, [target, True])
             report.append(f"  zoomed out to {shown}: {_frames(page, 'there')}")
         collapse = page.evaluate(TIMED, ".gv .gv-collapse")
