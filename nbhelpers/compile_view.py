@@ -30,7 +30,7 @@ def from_report(report: CompileReport) -> GraphData:
     view = _Linked()
     made = [n.line for g in report.graphs for n in g.nodes] + [b.line for b in report.breaks]
     for line in dict.fromkeys(line for line in made if line):
-        view.add(("line", line), line, "line", "source")
+        view.add(("line", line), line, "line", ())     # in no box: lines, breaks and kernels always show
     _add_fx_graphs(view, report)
     _add_breaks(view, report)
     _add_kernels(view, report)
@@ -92,7 +92,7 @@ def _add_fx_nodes(view: _Linked, nodes, prefix: tuple, group: tuple[str, ...]) -
 def _add_breaks(view: _Linked, report: CompileReport) -> None:
     for b in report.breaks:
         key = ("break", b.code, b.line)
-        view.add(key, f"break {b.code}: {b.line}", "break", "breaks", f"{b.gb_type} (x{b.count})",
+        view.add(key, f"break {b.code}: {b.line}", "break", (), f"{b.gb_type} (x{b.count})",
                  [("code", b.code), ("explanation", b.explanation), *(("hint", h) for h in b.hints),
                   *([("inside", b.where)] if b.where else []),
                   ("explain lists it", "yes" if b.in_explain else "no: the graph before it was empty")])
@@ -104,7 +104,7 @@ def _add_breaks(view: _Linked, report: CompileReport) -> None:
 def _add_kernels(view: _Linked, report: CompileReport) -> None:
     for kernel in report.kernels:
         key = ("kernel", kernel.name)
-        view.add(key, kernel.name, "kernel", "kernels", "inductor kernel",
+        view.add(key, kernel.name, "kernel", (), "inductor kernel",
                  [("fuses", ", ".join(kernel.fx_nodes)),
                   ("source", "\n".join(kernel.source.strip().splitlines()[:60]))])
         for name in kernel.fx_nodes:

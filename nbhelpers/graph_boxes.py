@@ -180,21 +180,24 @@ def _size(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def legible(shown: View) -> bool:
-    """At most MAX_BOXES boxes, and narrow enough that fitting it to STAGE_W pixels keeps SUB_FONT text at
-    MIN_TEXT_PX or more (the view is fitted to the width and panned vertically)."""
-    return len(shown.boxes) <= MAX_BOXES and shown.width * MIN_TEXT_PX / SUB_FONT <= STAGE_W
+def legible(shown: View, stage_w: float = STAGE_W) -> bool:
+    """At most MAX_BOXES boxes, and narrow enough that fitting it to `stage_w` pixels keeps SUB_FONT text at
+    MIN_TEXT_PX or more. (The front-end fits a view to its width but never shrinks text below MIN_TEXT_PX:
+    a wider view is panned; this choice keeps that for views nothing can fold.)"""
+    return len(shown.boxes) <= MAX_BOXES and shown.width * MIN_TEXT_PX / SUB_FONT <= stage_w
 
 
-def first_expansion(data, info: dict[str, ModuleInfo] | None = None, tries: int = 12) -> frozenset[str]:
+def first_expansion(data, info: dict[str, ModuleInfo] | None = None, tries: int = 12,
+                    stage_w: float = STAGE_W) -> frozenset[str]:
     """The modules the first view opens: the module tree a whole level at a time, outermost first, while the
-    view stays legible (at most `tries` layouts). Whole levels: siblings look alike, none opened alone."""
+    view stays legible in `stage_w` pixels (at most `tries` layouts). Whole levels: siblings look alike,
+    none opened alone."""
     info = module_info(data) if info is None else info
     expanded: frozenset[str] = frozenset()
     level = list(dict.fromkeys(n.group[0] for n in data.nodes if n.group))
     while level and tries > 0:
         tries -= 1
-        if not legible(view(data, expanded | set(level), info)):
+        if not legible(view(data, expanded | set(level), info), stage_w):
             break
         expanded |= set(level)
         level = _children(data, level)

@@ -2,7 +2,7 @@
 // module, as graph_view.esm() joins them): the state decoded, and the boxes of what the learner has opened
 // (graph_boxes.py's rules in JavaScript), laid out with layout(). No DOM here: Node runs it in the tests.
 const SVG_NS = "http://www.w3.org/2000/svg";   // the SVG namespace name, not an address that is fetched
-const FONT = 12, SUB_FONT = 11, COLUMN = 0.62 * FONT, SUB_COLUMN = 0.62 * SUB_FONT, PAD = 8, MAX_W = 240;
+const MIN_TEXT_PX = 10, FONT = 12, SUB_FONT = 11, COLUMN = 0.62 * FONT, SUB_COLUMN = 0.62 * SUB_FONT, PAD = 8, MAX_W = 240;
 const WIDE = /[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6\u{20000}-\u{3fffd}]/u;
 // graph_boxes.columns and fitted: the same widths, the same cuts.
 export function columns(text) {

@@ -207,7 +207,8 @@ def show_diff(d, titles: tuple[str, str] | None = None):
         raise TypeError(f"graph_view.show_diff: `d` must be a graph_diff.GraphDiff, such as graph_diff.diff(a, b); "
                         f"got {arguments.given(d)}")
     names = _titles(d, titles)
-    sides = tuple((g, view(g)) for g in (d.a, d.b))
+    half = graph_boxes.STAGE_W / 2                      # two panes share the output's width
+    sides = tuple((g, graph_boxes.view(g, graph_boxes.first_expansion(g, stage_w=half))) for g in (d.a, d.b))
     states = [{**_state(g, shown.expanded), "title": name} for (g, shown), name in zip(sides, names)]
     states[1]["matched"] = [list(pair) for pair in d.matched]
     widget = _widget_class()(graph=_text(states[0]), other=_text(states[1]), expanded=sorted(sides[0][1].expanded))

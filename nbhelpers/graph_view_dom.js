@@ -85,11 +85,11 @@ async function decode(text) {        // graph_view._text: base64 of raw-deflated
   return JSON.parse(await new Response(stream).text());
 }
 
-function followTheme(root) {         // JupyterLab says on <body>; a plain page follows the system
+function followTheme(root) {    // JupyterLab says on <body>; elsewhere (a static page too) the system's
   const media = window.matchMedia("(prefers-color-scheme: dark)");
   const apply = () => {
-    const lab = document.body.dataset.jpThemeLight;
-    root.classList.toggle("gv-dark", lab !== undefined ? lab === "false" : media.matches);
+    const lab = document.querySelector(".jp-LabShell") && document.body.dataset.jpThemeLight;
+    root.classList.toggle("gv-dark", lab ? lab === "false" : media.matches);
   };
   apply();
   const observer = new MutationObserver(apply);
@@ -184,12 +184,13 @@ function makePane(graph, parent, hooks, side) {
       requestAnimationFrame(() => { self.pending = false; self.paint(false); });
     }
   };
-  self.fit = () => {               // the width fitted, never magnified; taller views pan vertically
+  self.fit = () => {     // the width fitted, never magnified nor shrunk below 10 px text; the rest pans
     const width = stage.getBoundingClientRect().width || 760, v = self.view;
-    const scale = Math.min(1, width / v.width), height = Math.max(160, Math.min(600, v.height * scale + 2));
+    const scale = Math.max(MIN_TEXT_PX / SUB_FONT, Math.min(1, width / v.width));
+    const height = Math.max(160, Math.min(600, v.height * scale + 2));
     stage.style.height = `${height}px`;
     const w = width / scale;
-    self.frame = { x: (v.width - w) / 2, y: 0, w, h: height / scale };
+    self.frame = { x: w >= v.width ? (v.width - w) / 2 : 0, y: 0, w, h: height / scale };
     self.applyFrame();
   };
   self.relayout = () => {

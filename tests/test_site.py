@@ -192,7 +192,7 @@ def test_axe_finds_nothing_serious_in_the_views_on_any_page(page, served, site, 
         if path.stem[:2].isdigit() and int(path.stem[:2]) < 90:
             page.goto(f"{served}/{path.name}")
             if "widget-state+json" in path.read_text():
-                page.locator(".gv, .widget-slider").first.wait_for(timeout=60_000)
+                page.locator(".gv, .jupyter-widgets").first.wait_for(timeout=60_000)
             page.add_script_tag(path=str(axe))
             found[path.stem] = page.evaluate(AXE_SERIOUS)
     assert len(found) == 13 and not any(found.values()), {k: v for k, v in found.items() if v}
