@@ -126,7 +126,7 @@ def test_the_view_draws_data_flow_and_aot_graphs_linked_to_the_dynamo_nodes():
     report = _quiet(step, *args, kernels=False)
     data = compile_view.from_report(report)
     graph = report.graphs[0]
-    index = {(n.group[-1], n.label.split(":")[0]): i for i, n in enumerate(data.nodes)}
+    index = {(n.group[-1] if n.group else "", n.label.split(":")[0]): i for i, n in enumerate(data.nodes)}
     box = f"graph 0 (entry {graph.entry})"
     for n in graph.nodes:                       # an edge from each value to each node that takes it
         assert all((index[box, a], index[box, n.name]) in data.edges for a in n.inputs)
