@@ -17,8 +17,7 @@ const CSS = `
   --gv-stroke: #555; --gv-added: #1a7f1a; --gv-removed: #c22; --gv-changed: #b06000; --gv-match: #0560c0;
   --gv-sel: #c00; --gv-share: #ffe27a; --gv-run: #ffb347; --gv-linked: #9fe39f; --gv-box-fg: #111;
   font: 13px sans-serif; color: var(--gv-fg); background: var(--gv-bg); }
-.gv.gv-dark { --gv-bg: var(--jp-layout-color0, #1e1e1e); --gv-fg: var(--jp-ui-font-color0, #eee); --gv-line: #999;
-  --gv-border: var(--jp-border-color1, #555); --gv-op: #233a57; --gv-leaf: #1f4a2a; --gv-saves: #5a3d12;
+.gv.gv-dark { --gv-bg: #1e1e1e; --gv-fg: #eee; --gv-line: #999; --gv-border: #555; --gv-op: #233a57; --gv-leaf: #1f4a2a; --gv-saves: #5a3d12;
   --gv-group: #3b3055; --gv-input: #1f4a2a; --gv-linebox: #333; --gv-break: #6a2424; --gv-kernel: #5a3d12;
   --gv-stroke: #aaa; --gv-added: #5fd35f; --gv-removed: #ff7b7b; --gv-changed: #ffb454; --gv-match: #6cb6ff;
   --gv-sel: #ff5c5c; --gv-share: #7a6a10; --gv-run: #8a5200; --gv-linked: #2f6f2f; --gv-box-fg: #f2f2f2; }
@@ -185,12 +184,13 @@ function makePane(graph, parent, hooks, side) {
     }
   };
   self.fit = () => {     // the width fitted, never magnified nor shrunk below 10 px text; the rest pans
-    const width = stage.getBoundingClientRect().width || 760, v = self.view;
+    const width = stage.clientWidth || 760, v = self.view;     // inside the border: what the SVG fills
     const scale = Math.max(MIN_TEXT_PX / SUB_FONT, Math.min(1, width / v.width));
     const height = Math.max(160, Math.min(600, v.height * scale + 2));
-    stage.style.height = `${height}px`;
-    const w = width / scale;
-    self.frame = { x: w >= v.width ? (v.width - w) / 2 : 0, y: 0, w, h: height / scale };
+    stage.style.height = `${height + stage.offsetHeight - stage.clientHeight}px`;
+    const w = width / scale, root = v.boxes[0];                 // too wide: the root (the output) in the middle
+    const x = w >= v.width ? (v.width - w) / 2 : Math.max(0, Math.min(v.width - w, root.x + root.w / 2 - w / 2));
+    self.frame = { x, y: 0, w, h: height / scale };
     self.applyFrame();
   };
   self.relayout = () => {

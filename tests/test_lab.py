@@ -307,17 +307,30 @@ DARK_FILL = """(view) => {
 
 
 @pytest.mark.browser
-def test_views_follow_jupyterlabs_theme(page, lab):
+def test_views_follow_jupyterlabs_theme_and_axe_finds_nothing_serious_in_either(page, lab):
     open_notebook(page, lab, "02_autograd_graph.ipynb")
     view = _graph_views(page).nth(0)
     view.locator(".gv-box").first.wait_for(timeout=60_000)
-    light = view.evaluate(DARK_FILL)
+    _graph_views(page).nth(4).locator(".gv-box").first.wait_for(timeout=60_000)
+    page.add_script_tag(path=str(REPO / "node_modules" / "axe-core" / "axe.min.js"))
+    light, found = view.evaluate(DARK_FILL), {"light": page.evaluate(browser.AXE_SERIOUS)}
     try:
         page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
         page.wait_for_function("document.body.dataset.jpThemeLight === 'false'", timeout=60_000)
         page.wait_for_function("document.querySelector('.jp-OutputArea-output .gv').classList.contains('gv-dark')")
-        dark = view.evaluate(DARK_FILL)
+        dark, found["dark"] = view.evaluate(DARK_FILL), page.evaluate(browser.AXE_SERIOUS)
     finally:
         page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
         page.wait_for_function("document.body.dataset.jpThemeLight === 'true'", timeout=60_000)
     assert not light["dark"] and light["luminance"] > 0.7 and dark["luminance"] < 0.25, (light, dark)
+    assert found == {"light": [], "dark": []}
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("notebook", ["05_compile_backends", "10_save_and_export", "11_custom_ops"])
+def test_every_label_inside_its_box_at_10_px_in_the_stored_views(page, lab, notebook):
+    open_notebook(page, lab, f"{notebook}.ipynb")
+    stored = sum(1 for _ in browser.stored_panes(REPO / "notebooks" / f"{notebook}.ipynb"))
+    page.wait_for_function(f"document.querySelectorAll('.jp-OutputArea-output .gv-pane').length === {stored}",
+                           timeout=120_000)
+    print(f"{notebook}: {browser.check_labels_fit(page)} labels inside their boxes at 10 px or more")

@@ -165,17 +165,8 @@ def test_every_label_sits_inside_its_box_at_10_px_or_more_when_a_page_opens(page
     page.goto(f"{served}/{name}.html")
     page.locator(".gv .gv-box").first.wait_for(timeout=60_000)
     page.wait_for_function("document.querySelectorAll('.gv-pane').length == "
-                           f"{sum(1 for _ in _stored_panes(REPO / 'notebooks' / (name + '.ipynb')))}")
+                           f"{sum(1 for _ in browser.stored_panes(REPO / 'notebooks' / (name + '.ipynb')))}")
     print(f"{name}: {browser.check_labels_fit(page)} labels inside their boxes at 10 px or more")
-
-
-def _stored_panes(notebook: Path):
-    import json
-
-    state = json.loads(notebook.read_text())["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]
-    for model in state["state"].values():
-        if "graph" in model["state"]:
-            yield from ([1, 1] if model["state"].get("other") else [1])
 
 
 @pytest.mark.browser
@@ -194,18 +185,8 @@ def test_axe_finds_nothing_serious_in_the_views_on_any_page(page, served, site, 
             if "widget-state+json" in path.read_text():
                 page.locator(".gv, .jupyter-widgets").first.wait_for(timeout=60_000)
             page.add_script_tag(path=str(axe))
-            found[path.stem] = page.evaluate(AXE_SERIOUS)
+            found[path.stem] = page.evaluate(browser.AXE_SERIOUS)
     assert len(found) == 13 and not any(found.values()), {k: v for k, v in found.items() if v}
-
-
-# Serious and critical violations inside the graph views (nbconvert's page around them is not ours to fix).
-AXE_SERIOUS = """async () => {
-    const views = [...document.querySelectorAll(".gv")];
-    if (!views.length) return [];
-    const result = await axe.run({ include: views.map((v) => [v]) }, { resultTypes: ["violations"] });
-    return result.violations.filter((v) => ["serious", "critical"].includes(v.impact))
-      .map((v) => `${v.id}: ${v.nodes.length} (${v.nodes[0].target.join(" ")})`);
-}"""
 
 
 @pytest.mark.browser
@@ -251,6 +232,7 @@ def test_the_compile_view_links_a_line_to_its_fx_nodes_offline(page, served):
     graph = browser.stored_graph(COMPILE_NB, "scale = y.mean().item()")
     browser.check_compile_view_clicks(view, graph, "scale = y.mean().item()", "GB0124")
     step = browser.view_with(page, "break GB0008: optimizer.zero_grad(set_to_none=True)")   # the training step
+    step.locator(".gv-expand").click()
     browser.click_box(step, "cpp_fused__log_softmax_nll_loss_forward_1")   # a kernel: what it fused, from where
     assert browser.lit_labels(step) == {"loss: cross_entropy", "loss = F.cross_entropy(net(x), y)"}
     assert "fuses\nloss" in step.locator(".gv-details").inner_text()
