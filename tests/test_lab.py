@@ -322,7 +322,7 @@ def test_views_follow_jupyterlabs_theme_and_axe_finds_nothing_serious_in_either(
     finally:
         page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
         page.wait_for_function("document.body.dataset.jpThemeLight === 'true'", timeout=60_000)
-    assert not light["dark"] and light["luminance"] > 0.7 and dark["luminance"] < 0.25, (light, dark)
+    assert not light["dark"] and dark["dark"] and light["luminance"] - dark["luminance"] > 0.5, (light, dark)
     assert found == {"light": [], "dark": []}
 
 
