@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["record", "module_of", "modules_of", "module_types", "OUTSIDE", "ACCUMULATE_GRAD"]
+__all__ = ["record", "module_of", "modules_of", "OUTSIDE", "ACCUMULATE_GRAD"]   # module_types: for the views
 
 OUTSIDE = "(outside modules)"
 _TAG = "nbhelpers.module_scope.module"
