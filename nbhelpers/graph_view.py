@@ -143,7 +143,9 @@ def _view(function: str, data, expanded) -> View:
                                  or not all(isinstance(p, str) for p in expanded)):
         raise TypeError(f"{function}: `expanded` must be module paths (a set or list of str), such as "
                         f"{{'ResNet', 'ResNet.layer1'}}; got {arguments.given(expanded)}")
-    return graph_boxes.view(data, graph_boxes.first_expansion(data) if expanded is None else frozenset(expanded))
+    info = graph_boxes.module_info(data)               # once: the first view's trial layouts use it too
+    opened = graph_boxes.first_expansion(data, info) if expanded is None else frozenset(expanded)
+    return graph_boxes.view(data, opened, info)
 
 
 def _state(data: GraphData, expanded: frozenset[str]) -> dict:
@@ -173,14 +175,21 @@ def _state(data: GraphData, expanded: frozenset[str]) -> dict:
 
 def _text(state: dict) -> str:
     """Deflated JSON in base64: a quarter of the text, inflated by the browser's DecompressionStream."""
-    raw = json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    packer = zlib.compressobj(9, zlib.DEFLATED, -15)      # raw deflate: DecompressionStream("deflate-raw")
-    return base64.b64encode(packer.compress(raw) + packer.flush()).decode("ascii")
+    return _pack(json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 def _untext(text: str) -> dict:
     """What graph_view.js decodes from the trait (for tests and for reading a stored view)."""
-    return json.loads(zlib.decompress(base64.b64decode(text), -15))
+    return json.loads(_unpack(text))
+
+
+def _pack(raw: bytes) -> str:
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)      # raw deflate: DecompressionStream("deflate-raw")
+    return base64.b64encode(packer.compress(raw) + packer.flush()).decode("ascii")
+
+
+def _unpack(text: str) -> bytes:
+    return zlib.decompress(base64.b64decode(text), -15)
 
 
 def show(data: GraphData, selected: int | None = None, expanded=None):
@@ -208,7 +217,9 @@ def show_diff(d, titles: tuple[str, str] | None = None):
                         f"got {arguments.given(d)}")
     names = _titles(d, titles)
     half = graph_boxes.STAGE_W / 2                      # two panes share the output's width
-    sides = tuple((g, graph_boxes.view(g, graph_boxes.first_expansion(g, stage_w=half))) for g in (d.a, d.b))
+    infos = [graph_boxes.module_info(g) for g in (d.a, d.b)]
+    sides = tuple((g, graph_boxes.view(g, graph_boxes.first_expansion(g, info, stage_w=half), info))
+                  for g, info in zip((d.a, d.b), infos))
     states = [{**_state(g, shown.expanded), "title": name} for (g, shown), name in zip(sides, names)]
     states[1]["matched"] = [list(pair) for pair in d.matched]
     widget = _widget_class()(graph=_text(states[0]), other=_text(states[1]), expanded=sorted(sides[0][1].expanded))
@@ -249,15 +260,13 @@ def esm_source() -> str:
 def esm() -> str:
     """What each view's state carries: graph_view_loader.js with esm_source() deflated inside (a notebook
     keeps one copy per view; 02 has five)."""
-    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
-    packed = base64.b64encode(packer.compress(esm_source().encode()) + packer.flush()).decode("ascii")
+    packed = _pack(esm_source().encode())
     return (_HERE / "graph_view_loader.js").read_text().replace('"@CODE@"', json.dumps(packed))
 
 
 def unpacked_esm(stored: str) -> str:
     """The module a stored `_esm` (esm()'s output) carries, to compare with esm_source() whatever zlib packed it."""
-    packed = json.loads(stored.split("const CODE = ", 1)[1].split(";\n", 1)[0])
-    return zlib.decompress(base64.b64decode(packed), -15).decode()
+    return _unpack(json.loads(stored.split("const CODE = ", 1)[1].split(";\n", 1)[0])).decode()
 
 
 @functools.cache
