@@ -60,6 +60,7 @@ class _Scope:
         self.stack: list[tuple[str, int]] = []           # (path, first sequence nr) per running module
         self.spans: list[_Span] = []                 # finished calls under the outermost running module
         self.names: dict[int, str] = {}              # id(module) -> path, from the outermost module
+        self.root: torch.nn.Module | None = None     # that module, so a name is never read for a recycled id
         self.handles = []
         self.steps: list[str] = []                   # the optimizers whose step() is running
 
@@ -76,7 +77,7 @@ class _Scope:
     def __exit__(self, *exc):
         for h in self.handles:
             h.remove()
-        self.handles, self.stack, self.steps, self.spans = [], [], [], []
+        self.handles, self.stack, self.steps, self.spans, self.root = [], [], [], [], None
 
     def current(self) -> tuple[str, str]:
         """(module path, "forward", "backward", "recompute" or "optimizer") for the op running now; in an
@@ -98,11 +99,17 @@ class _Scope:
         # tagged by the module that called the compiled code, which runs its hooks eagerly
         if torch.compiler.is_compiling():
             return
-        if not self.stack:                           # an outermost module: name everything under it once
-            self.names = _paths(module)
+        if not self.stack and not self._named(module):   # a new outermost module: name everything under it
+            self.root, self.names = module, _paths(module)
         name = self.names.get(id(module), type(module).__name__)
         first = torch.autograd._get_sequence_nr()
         self.stack.append((name, first))
+
+    def _named(self, module) -> bool:
+        """Whether `module` is the named root or one of its modules: checkpointing reruns a block alone in
+        backward, and its ops keep the names the model's forward gave them (`C.block.0`, not `Sequential.0`)."""
+        return self.root is not None and (module is self.root or (id(module) in self.names and any(
+            m is module for m in self.root.modules())))
 
     def _leave_module(self, module, args, output):
         if torch.compiler.is_compiling():
@@ -120,9 +127,14 @@ class _Scope:
             self.spans = []
 
 
-def record() -> _Scope:
+def record(*given) -> _Scope:
     """A context manager that tags the autograd nodes each module's forward creates; inside it,
-    `.current()` says which module is running, in forward and in backward."""
+    `.current()` says which module is running, in forward and in backward. It takes no model: every module
+    whose forward runs inside the block is seen."""
+    if given:
+        raise TypeError(f"`module_scope.record` takes no argument (given: {type(given[0]).__name__}): it sees every "
+                        "module whose forward runs inside the block; write `with module_scope.record():` and call "
+                        "the model inside it")
     return _Scope()
 
 

@@ -1,6 +1,7 @@
 """nbhelpers.module_scope: which module made each autograd node, the optimizer's own phase, and no leftovers."""
 import dataclasses
 
+import pytest
 import torch
 from torch import nn
 
@@ -87,3 +88,49 @@ def test_a_node_belongs_to_the_module_that_ran_its_op_whatever_the_module_return
     assert where["AddmmBackward0"] == "_Parent.child.linear"
     assert where["SigmoidBackward0"] == where["AddBackward0"] == "_Parent"
     assert where["SumBackward0"] == module_scope.OUTSIDE
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_checkpointed_blocks_recomputation_keeps_the_models_names(reentrant):
+    """Checkpointing reruns the block alone in backward, with no model forward around it: its ops are still
+    named from the model (before: `Sequential.0`, a path the model does not have)."""
+    from torch.utils.checkpoint import checkpoint
+
+    from nbhelpers import memory
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem, self.block = torch.nn.Linear(6, 6), torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.GELU())
+
+        def forward(self, x):
+            return checkpoint(self.block, self.stem(x), use_reentrant=reentrant)
+
+    model = Model()
+    with memory.track() as tracker:
+        model(torch.rand(4, 6)).sum().backward()
+    recomputed = {e.module for e in tracker.events if e.phase == "recompute"}
+    assert recomputed == {"Model.block.0", "Model.block.1"}
+    assert {path for path, _ in model.named_modules()} >= {m.removeprefix("Model.") for m in recomputed}
+
+
+def test_a_module_returning_a_tuple_gets_its_own_nodes():
+    class Pair(nn.Module):
+        def forward(self, x):
+            return torch.tanh(x), torch.exp(x)
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pair = Pair()
+
+        def forward(self, x):
+            a, b = self.pair(x)
+            return torch.sigmoid(a) * b
+
+    model = Outer()
+    with module_scope.record():
+        loss = model(torch.rand(2, 3, requires_grad=True)).sum()
+    where = {n.name: n.module for n in autograd_graph.trace(loss, module=model).nodes}
+    assert where["TanhBackward0"] == where["ExpBackward0"] == "Outer.pair"
+    assert where["SigmoidBackward0"] == where["MulBackward0"] == "Outer"
