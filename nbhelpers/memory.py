@@ -22,7 +22,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -60,6 +60,14 @@ class Allocation:
     freed_at: int | None = None
 
 
+class Earlier(NamedTuple):
+    """A storage made before the `track` block that an op in it returned: not counted in the live bytes."""
+
+    nbytes: int
+    phase: str                 # of the op that first returned it
+    at: int                    # that op's index in the events
+
+
 @dataclass
 class Tracker:
     """Filled while the `track` block runs; complete once it exits."""
@@ -68,9 +76,8 @@ class Tracker:
     allocations: list[Allocation] = field(default_factory=list)
     live_bytes: int = 0
     peak_bytes: int = 0
-    # storages made before the block that an op returned (a view, or an in-place result), not counted:
-    # storage key -> (bytes, phase it was first returned in)
-    earlier: dict[int, tuple[int, str]] = field(default_factory=dict)
+    # storages made before the block that an op returned (a view, or an in-place result), not counted
+    earlier: dict[int, Earlier] = field(default_factory=dict)      # storage key -> when first returned
 
 
 class _LiveBytes(TorchDispatchMode):
@@ -96,7 +103,7 @@ class _LiveBytes(TorchDispatchMode):
             # tensor made before the block); addresses are not remembered beyond the op, because the
             # allocator reuses the address of a freed storage for a new one
             if key and key in inputs and key not in self.live:
-                t.earlier.setdefault(key, (tensor.untyped_storage().nbytes(), phase))
+                t.earlier.setdefault(key, Earlier(tensor.untyped_storage().nbytes(), phase, len(t.events)))
             if not key or key in self.live or key in inputs:
                 continue
             storage = tensor.untyped_storage()

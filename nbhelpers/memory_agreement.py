@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import torch
+from torch.utils._pytree import tree_flatten
 
 from nbhelpers import arguments, eager_only, memory
 
@@ -61,20 +62,49 @@ def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
         mt = _memtracker_peak(step, model, optimizer)
         optimizer.zero_grad(set_to_none=True)
         before = _held_before(model, optimizer)
-        with memory.track() as ours, _accumulation_times(model, ours) as accumulated_at:
+        with memory.track() as ours, _accumulation_times(model, ours) as accumulated_at, \
+                _leaf_module_inputs(before["keys"]) as leaf_inputs:
             step()
-    peak = _categories_at_peak(ours, model, accumulated_at)
-    return _rows(mt, peak, before, _earlier_by_phase(ours, before["keys"]), ours.peak_bytes)
+    at = _peak_op(ours)
+    earlier = _earlier_by_phase(ours, before["keys"] | leaf_inputs.keys(), at)    # each storage counted once
+    earlier["forward"] += sum(leaf_inputs.values())
+    return _rows(mt, _categories_at_peak(ours, model, accumulated_at, at), before, earlier, ours.peak_bytes)
 
 
-def _earlier_by_phase(tracker: memory.Tracker, held: set[int]) -> dict[str, int]:
+def _earlier_by_phase(tracker: memory.Tracker, held: set[int], at: int) -> dict[str, int]:
     """Bytes of storages made before the block, not held by the model or optimizer, that an op of each phase
-    returned a view of (so MemTracker counts them, and `track` does not)."""
+    returned a view of by the peak op `at` (so MemTracker counts them at its peak, and `track` does not)."""
     earlier: dict[str, int] = defaultdict(int)
-    for key, (nbytes, phase) in tracker.earlier.items():
-        if key not in held:
-            earlier[phase] += nbytes
+    for key, first in tracker.earlier.items():
+        if key not in held and first.at <= at:
+            earlier[first.phase] += first.nbytes
     return earlier
+
+
+@contextmanager
+def _leaf_module_inputs(held: set[int]) -> Iterator[dict[int, int]]:
+    """storage key -> bytes of each leaf tensor that requires grad and enters a module's forward (an input `x`
+    made with requires_grad=True), not held by the model or optimizer. MemTracker counts it as an activation
+    because of its own probe: its ModTracker puts a multi-grad hook on every module input that requires grad
+    outside backward (torch/distributed/_tools/mod_tracker.py, `register_multi_grad_hook`), which for a leaf takes
+    `t.view_as(t)` (torch/autograd/graph.py, `_get_grad_fn_or_grad_acc`) inside MemTracker's dispatch mode."""
+    found: dict[int, int] = {}
+
+    def look(module, args) -> None:
+        if torch._C._current_graph_task_id() != -1:      # ModTracker probes inputs outside backward only
+            return
+        for t in tree_flatten(args)[0]:                  # as ModTracker reads a forward's inputs
+            if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+                continue
+            key = memory.storage_key(t)
+            if t.requires_grad and t.grad_fn is None and key not in held:
+                found.setdefault(key, t.untyped_storage().nbytes())
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(look)
+    try:
+        yield found
+    finally:
+        handle.remove()
 
 
 def _rows(mt: dict[str, int], peak: dict[str, int], before: dict, earlier: dict[str, int],
@@ -87,7 +117,8 @@ def _rows(mt: dict[str, int], peak: dict[str, int], before: dict, earlier: dict[
         Agreement("Activation", mt["Activation"],
                   peak.get("activations & other forward", 0) + peak.get("activations recomputed in backward", 0),
                   earlier["forward"] + earlier["recompute"],
-                  "tensors from before the block that forward (or its recomputation) returned a view of"),
+                  "tensors from before the block that forward (or its recomputation) returned a view of, and inputs "
+                  "that are leaves requiring grad (MemTracker's own view_as probe of them)"),
         Agreement("Gradient + Temp", mt["Gradient"] + mt["Temp"],
                   peak.get("gradients", 0) + peak.get("backward temporaries", 0), earlier["backward"],
                   "tensors from before the block that backward returned a view of"),
@@ -113,13 +144,18 @@ def _accumulation_times(model: torch.nn.Module, tracker: memory.Tracker) -> Iter
             handle.remove()
 
 
-def _categories_at_peak(tracker: memory.Tracker, model: torch.nn.Module, accumulated_at: dict[int, int]) -> dict:
-    """`track`'s bytes per category after the op at which its live bytes peaked; a gradient counts as one once
-    AccumulateGrad has taken it (before that, by the phase that made it)."""
-    if not tracker.events:
+def _peak_op(tracker: memory.Tracker) -> int:
+    """The index of the op after which `track`'s live bytes (every category summed) peaked; -1 if none ran."""
+    live = [e.live_bytes for e in tracker.events]
+    return live.index(max(live)) if live else -1
+
+
+def _categories_at_peak(tracker: memory.Tracker, model: torch.nn.Module, accumulated_at: dict[int, int],
+                        at: int) -> dict:
+    """`track`'s bytes per category after the peak op `at`; a gradient counts as one once AccumulateGrad has
+    taken it (before that, by the phase that made it)."""
+    if at < 0:
         return {}
-    live = [e.live_bytes for e in tracker.events]     # every category summed, after each op
-    at = live.index(max(live))
     grads = [p.grad for p in model.parameters() if p.grad is not None and accumulated_at.get(id(p), 0) <= at]
     series = memory.timeline(tracker, {"gradients": grads}).bytes_by_category
     return {name: values[at] for name, values in series.items()}

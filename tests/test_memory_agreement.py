@@ -98,3 +98,31 @@ def test_a_gradient_made_in_forward_is_an_activation_until_accumulated():
     assert rows[3].memtracker == rows[3].ours == 8 * 4096 * 4 + 4096 * 4 + 8
     assert hooks_seen[2] == hooks_seen[0] + 1                      # the accumulation hook, during the tracked step
     assert len(model.w._post_accumulate_grad_hooks or {}) == hooks_seen[0]   # and removed after it
+
+
+@pytest.mark.parametrize("checkpointed", [False, True], ids=["plain", "reentrant checkpoint"])
+def test_an_input_that_requires_grad_is_accounted_for(checkpointed):
+    """An input made with requires_grad=True (its .grad kept from the warm-up step): MemTracker files it under
+    Activation, by its own ModTracker's view_as probe; `track` does not count it (made before the block), and the
+    agreement names it. Reentrant checkpointing returns a view of it again in backward (detach_variable):
+    counted once. Before: Activation 104 (MemTracker) against 8, and x.grad counted though it was first
+    returned after the peak."""
+    from torch import nn
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(6, 12), nn.GELU(), nn.Linear(12, 6))
+    head = nn.Linear(6, 2)
+    model = nn.ModuleDict({"block": block, "head": head})
+    x = torch.rand(4, 6, requires_grad=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step():
+        h = checkpoint(block, x, use_reentrant=True) if checkpointed else block(x)
+        head(h).pow(2).mean().backward()
+        optimizer.step()
+
+    rows = memory_agreement.against_memtracker(step, model, optimizer)
+    assert all(r.agrees for r in rows), [(r.category, r.memtracker, r.ours, r.accounted) for r in rows]
+    activation = next(r for r in rows if r.category == "Activation")
+    assert activation.accounted == x.untyped_storage().nbytes() == 96
