@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from nbhelpers import (autograd_graph, compilation, compile_lens, compile_view, data, distributed, exercises,
-                       graph_diff, graph_view, memory, memory_agreement, mixed_precision, profiling, saving, storage,
-                       training)
+                       graph_diff, graph_view, memory, memory_agreement, mixed_precision, module_scope, profiling, saving,
+                       storage, training)
 
 
 def _model():
@@ -68,6 +68,7 @@ WRONG_CALLS = [
     ("autograd_graph.trace", lambda tmp: autograd_graph.trace(_model()(torch.rand(1, 4)).sum(), module="model"),
      "module"),
     ("graph_view.from_autograd", lambda tmp: graph_view.from_autograd(None), "graph"),
+    ("module_scope.record", lambda tmp: module_scope.record(_model()), "module_scope.record"),
     ("graph_view.from_autograd", lambda tmp: graph_view.from_autograd(torch.ones(2, requires_grad=True) * 2), "graph"),
     ("graph_view.show", lambda tmp: graph_view.show(None), "data"),
     ("graph_view.show", lambda tmp: graph_view.show(autograd_graph.trace(_model()(torch.rand(1, 4)).sum())), "data"),
@@ -187,7 +188,8 @@ def test_the_census_covers_the_entry_points_the_issue_names():
              "memory_agreement.against_memtracker", "compile_lens.capture", "compile_view.from_report",
              "compilation.find_breaks", "compilation.compare_backends", "profiling.work", "profiling.regime",
              "profiling.trace_summary", "saving.save", "saving.load", "storage.record_lifetimes", "data.digits",
-             "distributed.launch", "exercises.check", "mixed_precision.train_with_precision", "training.fit"}
+             "distributed.launch", "exercises.check", "mixed_precision.train_with_precision", "training.fit",
+             "module_scope.record"}
     assert named <= {entry for entry, _, _ in WRONG_CALLS}
 
 

@@ -196,3 +196,34 @@ def test_a_wrapped_number_reached_from_two_outputs_counts_once():
     x = torch.rand(4, requires_grad=True)
     saved, _ = memory.saved_bytes_by_module(lambda t: (lambda y: (y + 1, y - 1))(t * 2), x)   # both reach t * 2
     assert saved[module_scope.OUTSIDE].wrapped_numbers == 8
+
+
+def _node_names_and_bytes(out):
+    from nbhelpers import autograd_graph
+
+    graph = autograd_graph.trace(out.sum())
+    return {n.name for n in graph.nodes}, sum(s.nbytes for n in graph.nodes for s in n.saved)
+
+
+@pytest.mark.parametrize("kind", ["reentrant checkpoint", "compiled"])
+def test_saved_bytes_agree_with_the_trace_on_a_python_function_node_and_a_compiled_graph(kind):
+    """Reentrant checkpointing is an autograd.Function (CheckpointFunctionBackward keeps its inputs by
+    save_for_backward, which runs the saved-tensor hooks); a compiled module is one CompiledFunctionBackward
+    whose saves AOTAutograd makes with save_for_backward too: both seen by the trace and the hooks, to the byte."""
+    from torch.utils.checkpoint import checkpoint
+
+    torch.manual_seed(0)
+    block = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
+    x = torch.rand(4, 8, requires_grad=True)
+    if kind == "compiled":
+        torch.compiler.reset()
+        fn, node = torch.compile(block, backend="aot_eager"), "CompiledFunctionBackward"
+    else:
+        fn, node = (lambda t: checkpoint(block, t, use_reentrant=True)), "CheckpointFunctionBackward"
+    saved, out = memory.saved_bytes_by_module(fn, x)
+    names, traced = _node_names_and_bytes(out)
+    assert node in names
+    assert traced > 0
+    assert sum(s.nbytes + s.wrapped_numbers - s.checkpoint_inputs for s in saved.values()) == traced
+    assert sum(s.checkpoint_inputs for s in saved.values()) == 0      # only the non-reentrant kind keeps them aside
+    torch.compiler.reset()

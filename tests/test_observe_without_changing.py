@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from nbhelpers import autograd_graph, eager_only, memory, memory_agreement, module_scope, profiling, storage
+from nbhelpers import (autograd_graph, compilation, compile_lens, eager_only, graph_view, memory, memory_agreement,
+                       module_scope, profiling, storage)
 
 
 def _model():
@@ -51,6 +52,16 @@ def _use_record(model, cm, x):
         autograd_graph.trace(cm(x).sum(), module=model)
 
 
+def _use_trace(model, cm, x):
+    autograd_graph.trace(cm(x).sum(), module=model)
+
+
+def _use_view(model, cm, x):
+    with module_scope.record():
+        graph = autograd_graph.trace(cm(x).sum(), module=model)
+    graph_view.show(graph_view.from_autograd(graph))
+
+
 def _use_saved_bytes(model, cm, x):
     memory.saved_bytes_by_module(cm, x)
 
@@ -69,7 +80,8 @@ def _use_lifetimes(model, cm, x):
         cm(x)
 
 
-INSTRUMENTS = {"memory.track": _use_track, "module_scope.record": _use_record,
+INSTRUMENTS = {"memory.track": _use_track, "module_scope.record": _use_record, "autograd_graph.trace": _use_trace,
+               "graph_view.show": _use_view,
                "memory.saved_bytes_by_module": _use_saved_bytes, "profiling.work": _use_work,
                "memory_agreement.against_memtracker": _use_memtracker, "storage.record_lifetimes": _use_lifetimes}
 DISPATCH_MODES = {"memory.track", "profiling.work", "memory_agreement.against_memtracker"}
@@ -92,6 +104,27 @@ def test_a_compiled_module_runs_compiled_after_the_instrument(compiled, name):
     for w in said:
         assert "ran op by op" in str(w.message) and "torch.profiler" in str(w.message)
         assert w.filename == __file__                                   # points at the learner's line
+
+
+LENSES = {"compile_lens.capture": lambda model, x: compile_lens.capture(model, x, kernels=False),
+          "compilation.find_breaks": lambda model, x: compilation.find_breaks(model, x)}
+
+
+@pytest.mark.parametrize("name", LENSES)
+def test_the_compile_lenses_start_from_a_clean_cache_and_leave_nothing_else(compiled, name):
+    """capture and find_breaks reset Dynamo before and after, as torch._dynamo.explain does itself (`reset()` at
+    the top of its `inner`, torch/_dynamo/eval_frame.py): without it a function compiled before would not be
+    compiled again, so there would be nothing to see. The learner's compiled module compiles once more on its
+    next call, and runs compiled; no hook, mode or config is left."""
+    model, cm, x = compiled
+    before = _global_state()
+    LENSES[name](model, x)
+    assert _global_state() == before
+    graphs = counters["stats"]["unique_graphs"]
+    out = cm(x)
+    assert type(out.grad_fn).__name__ == "CompiledFunctionBackward"
+    assert counters["stats"]["unique_graphs"] == graphs + 1              # compiled once more, not eager
+    assert not torch._functorch.config.force_non_lazy_backward_lowering  # capture's one patch, undone
 
 
 def test_module_scope_sees_a_compiled_module_without_breaking_its_graph(compiled):

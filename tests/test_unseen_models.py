@@ -8,10 +8,14 @@
 
 Twelve and more architectures: torchvision's efficientnet_b0, shufflenet_v2, squeezenet, mobilenet_v3 (in-place
 activations, squeeze-excitation, channel shuffle, stochastic depth), recurrent (GRU, LSTM), attention (a standalone
-MultiheadAttention, a TransformerEncoderLayer), a custom autograd.Function, non-reentrant checkpointing, tied
-weights, depthwise convolution, in-place ops, a module returning a dataclass, and an EmbeddingBag with sparse
-gradients.
+MultiheadAttention, a TransformerEncoderLayer), a custom autograd.Function, non-reentrant and reentrant
+checkpointing, tied weights, depthwise convolution, in-place ops, a module returning a dataclass, an EmbeddingBag
+with sparse gradients, and a compiled module (`torch.compile(..., backend="aot_eager")`: the trace and the
+saved-tensor hooks see its CompiledFunctionBackward; the dispatch modes of `memory.track` and `profiling.work`
+cannot see a compiled program, so it runs op by op there, as under MemTracker and FlopCounterMode, and both
+say so with a CompiledRanEagerly warning).
 """
+import contextlib
 import dataclasses
 import warnings
 
@@ -23,7 +27,7 @@ from torch.autograd.function import BackwardCFunction
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
-from nbhelpers import autograd_graph, memory, memory_agreement, module_scope, profiling
+from nbhelpers import autograd_graph, eager_only, memory, memory_agreement, module_scope, profiling
 
 
 class _Square(torch.autograd.Function):
@@ -55,6 +59,22 @@ class Checkpointed(nn.Module):
 
     def forward(self, x):
         return self.head(checkpoint(self.block, x, use_reentrant=False))
+
+
+class ReentrantCheckpointed(Checkpointed):
+    """Reentrant checkpointing (an autograd.Function) needs an input that requires grad: a layer before it."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Linear(6, 6)
+
+    def forward(self, x):
+        return self.head(checkpoint(self.block, self.stem(x), use_reentrant=True))
+
+
+def _compiled(model):
+    torch.compiler.reset()                # a fresh cache per test: no recompile limit reached across tests
+    return torch.compile(model, backend="aot_eager")
 
 
 class TiedWeights(nn.Module):
@@ -139,7 +159,16 @@ ARCHITECTURES = {
     "in_place": (InPlace, lambda: torch.rand(4, 6)),
     "dataclass_output": (DataclassOutput, lambda: torch.rand(4, 6)),
     "sparse_embedding_bag": (lambda: nn.EmbeddingBag(20, 8, sparse=True), _tokens),
+    "reentrant_checkpoint": (ReentrantCheckpointed, lambda: torch.rand(4, 6)),
+    "compiled": (lambda: _compiled(Depthwise()), lambda: torch.rand(2, 4, 8, 8)),
 }
+
+
+def _says_it_ran_eagerly(name):
+    """The dispatch-mode instruments on the compiled module: a CompiledRanEagerly warning, else nothing."""
+    if name == "compiled":
+        return pytest.warns(eager_only.CompiledRanEagerly)
+    return contextlib.nullcontext()
 
 
 def _build(name):
@@ -216,7 +245,8 @@ def test_memory_track_agrees_with_memtracker(name):
         with pytest.raises(ValueError, match="MemTracker cannot follow sparse tensors"):
             memory_agreement.against_memtracker(step, model, optimizer)
         return
-    rows = memory_agreement.against_memtracker(step, model, optimizer)
+    with _says_it_ran_eagerly(name):
+        rows = memory_agreement.against_memtracker(step, model, optimizer)
     assert all(row.agrees for row in rows), [(r.category, r.memtracker, r.ours, r.accounted) for r in rows
                                              if not r.agrees]
 
@@ -227,7 +257,8 @@ def test_work_counts_the_flops_flop_counter_mode_counts(name):
     official = FlopCounterMode(display=False)
     with official:
         _loss(model, x).backward()
-    counted = profiling.work(lambda: _loss(model, x).backward())
+    with _says_it_ran_eagerly(name):
+        counted = profiling.work(lambda: _loss(model, x).backward())
     assert counted.flops - counted.added_flops == official.get_total_flops()
     assert counted.added_flops == 0 or name in {"multihead_attention", "transformer_layer"}
 
