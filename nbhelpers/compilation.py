@@ -20,9 +20,11 @@ AOTAutograd and kernel views. Both break records name the source line `line`.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterator
 
 import torch
@@ -116,12 +118,32 @@ def render_results(rows: tuple[BackendResult, ...]) -> str:
 @dataclass(frozen=True)
 class GraphBreak:
     """Why Dynamo stopped a graph, and the user line it stopped at, as `explain` reports it. Field names mean
-    what they mean in compile_lens's `compile_report.Break`: `line` is the source line in both."""
+    what they mean in compile_lens's `compile_report.Break`: `line` is the user's source line in both (the
+    innermost frame outside torch), `where` the break's own place when that lies inside torch."""
 
     reason: str             # first line of Dynamo's explanation
-    function: str
+    function: str           # the user's function holding `line`
     lineno: int             # the line's number within the function's file (a notebook cell counts from 1)
     line: str               # that source line
+    where: str = ""         # e.g. torch/testing/_comparison.py:1129 for a break inside torch, else ""
+
+
+TORCH_DIR = str(Path(torch.__file__).parent) + os.sep     # with its separator: torchvision's files are not torch's
+
+
+def place_in_torch(file: str, lineno: int) -> str:
+    """`torch/optim/optimizer.py:78` for a place inside torch, else ""."""
+    return f"torch/{file[len(TORCH_DIR):]}:{lineno}" if file.startswith(TORCH_DIR) else ""
+
+
+def _graph_break(reason) -> GraphBreak:
+    """explain's break reason as a GraphBreak at the innermost frame outside torch (a break inside
+    torch.testing.assert_close is the user's line that called it, as compile_lens places it)."""
+    stack = reason.user_stack
+    user = [f for f in stack if not f.filename.startswith(TORCH_DIR)] or stack
+    frame, inner = user[-1], stack[-1]
+    return GraphBreak(reason.reason.strip().splitlines()[0], frame.name, frame.lineno, (frame.line or "").strip(),
+                      place_in_torch(inner.filename, inner.lineno))
 
 
 @dataclass(frozen=True)
@@ -143,11 +165,8 @@ def find_breaks(fn: Callable, *args, **kwargs) -> Breaks:
             out = torch._dynamo.explain(fn)(*args, **kwargs)
     finally:
         torch.compiler.reset()
-    found = []
-    for b in out.break_reasons:
-        frame = b.user_stack[-1]
-        found.append(GraphBreak(b.reason.strip().splitlines()[0], frame.name, frame.lineno, (frame.line or "").strip()))
-    return Breaks(out.graph_count, tuple(found), tuple(len(ops) for ops in out.ops_per_graph))
+    found = tuple(_graph_break(b) for b in out.break_reasons)
+    return Breaks(out.graph_count, found, tuple(len(ops) for ops in out.ops_per_graph))
 
 
 @dataclass

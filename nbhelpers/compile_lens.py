@@ -43,14 +43,13 @@ import inspect
 import io
 import json
 import logging
-import os
 import re
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
-from nbhelpers import arguments
+from nbhelpers import arguments, compilation
 from nbhelpers.compile_report import Break, CompileReport, Entry, FxGraph, FxNode, Guard, Kernel
 
 __all__ = ["capture", "capture_calls", "registry"]   # they return a compile_report.CompileReport; compile_view draws it
@@ -263,7 +262,7 @@ _FRAME = re.compile(r'^  File "(.+)", line (\d+), in .+\n    (.+)$', re.M)
 def _breaks(records, reasons) -> tuple[Break, ...]:
     """Every break log_graph_break traced, once per (gb_type, user line), in the order first met. The
     user's line is the innermost frame outside torch (a break inside `optimizer.step()` is that line's)."""
-    known, torch_dir = registry(), str(Path(torch.__file__).parent) + os.sep   # not torchvision/
+    known, torch_dir = registry(), compilation.TORCH_DIR
     explained = set()
     for reason in reasons:                        # the breaks a backend saw: explain's
         frame = reason.user_stack[-1]
@@ -282,16 +281,11 @@ def _breaks(records, reasons) -> tuple[Break, ...]:
         key = (gb_type, *user[-1][:2]) if user else (gb_type, file, str(lineno))
         entry = found.setdefault(key, {"line": user[-1][2].strip() if user else "", "count": 0, "explain": False,
                                        "entry": _record_entry(metadata), **_explained_as(head, known.get(gb_type)),
-                                       "where": _in_torch(file, lineno, torch_dir)})
+                                       "where": compilation.place_in_torch(file, lineno)})
         entry["count"] += 1
         entry["explain"] |= (gb_type, file, lineno) in explained
     return tuple(Break(known.get(gb, {}).get("code", ""), gb, e["line"], e["count"], e["explanation"], e["hints"],
                        e["where"], e["explain"], e["entry"]) for (gb, *_), e in found.items())
-
-
-def _in_torch(file: str, lineno: int, torch_dir: str) -> str:
-    """`torch/optim/optimizer.py:78` for a place inside torch, else ""."""
-    return f"torch/{file[len(torch_dir):]}:{lineno}" if file.startswith(torch_dir) else ""
 
 
 _EXPLANATION = re.compile(r"^  Explanation: (.*?)(?=^  Hint: |^\s*$|\Z)", re.M | re.S)

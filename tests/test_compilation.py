@@ -87,3 +87,21 @@ def test_preflight_on_cpu_and_unknown_devices():
     assert check.can_compile == all(c.available for c in check.checks)
     with pytest.raises(ValueError, match="knows cpu and cuda, got 'mps'"):
         compilation.preflight("mps")
+
+
+def _checks_inside_torch(y):
+    y = y * 2
+    # Dynamo breaks inside torch/testing, not on the next line
+    torch.testing.assert_close(y, y)
+    return y + 1
+
+
+def test_find_breaks_and_the_lens_place_a_break_inside_torch_on_the_same_user_line():
+    from nbhelpers import compile_lens
+
+    x = torch.rand(4)
+    (explained,) = compilation.find_breaks(_checks_inside_torch, x).breaks
+    lens = [b for b in compile_lens.capture(_checks_inside_torch, x, kernels=False).breaks if b.in_explain]
+    assert explained.line == lens[0].line == "torch.testing.assert_close(y, y)"
+    assert explained.function == "_checks_inside_torch"
+    assert explained.where.startswith("torch/testing/") and lens[0].where.startswith("torch/testing/")
