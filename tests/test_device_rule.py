@@ -148,3 +148,12 @@ def test_regime_measures_the_ceilings_on_its_device(monkeypatch):
     profiling.regime(lambda n: (lambda: torch.ones(n) * 2), (8, 64))
     profiling.regime(lambda n: (lambda: torch.ones(n) * 2), (8, 64), device="meta")
     assert asked == [None, "meta"]
+
+
+def test_train_with_precision_follows_the_models_device(monkeypatch):
+    """device=None means the model's device (the default once was "cpu", which ignored a model elsewhere)."""
+    seen = []
+    monkeypatch.setattr(training, "fit", lambda net, train, val, opt, epochs, device, progress: seen.append(device))
+    monkeypatch.setattr(mixed_precision, "step_peak_bytes", lambda net, opt, x, y: seen.append(x.device) or 0)
+    mixed_precision.train_with_precision(models.mlp(device="meta"), None, _tiny_data(), _tiny_data(), 1)
+    assert [torch.device(d).type for d in seen] == ["meta", "meta"]
