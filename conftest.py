@@ -13,10 +13,9 @@ import nbformat
 import pytest
 
 from nbhelpers._tools import notebook_tools
-from tests import notebook_rules
+from tests import REPO, notebook_rules
 from tests.offline_guard import offline_guard
 
-REPO = Path(__file__).resolve().parent
 GUARD_DIR = REPO / "tests" / "offline_guard"
 NET_LOG = REPO / "build" / "network-attempts.log"
 

@@ -19,7 +19,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 |-------------------|------------|----------------------------|------------------------------------------------------|
 | devices           | foundation | all                        | picks CPU or CUDA; what this machine can run         |
 | arguments         | foundation | -                          | the clear TypeError/ValueError of each entry point   |
-| _atomic           | foundation | -                          | writes a file so a crash leaves old or new, whole    |
+| atomic            | foundation | -                          | writes a file so a crash leaves old or new, whole    |
 | compile_report    | record     | -                          | compile_lens's report: graphs, breaks, kernels       |
 | storage           | instrument | 01                         | storages, views, strides, version counters, lifetimes |
 | module_scope      | instrument | 02                         | which module is running, in forward and backward     |

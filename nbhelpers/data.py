@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from nbhelpers import arguments
-from nbhelpers._atomic import write_atomic
+from nbhelpers.atomic import write_atomic
 
 if TYPE_CHECKING:
     from torchvision.datasets import MNIST

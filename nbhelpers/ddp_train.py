@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from nbhelpers import ddp_workers
-from nbhelpers._atomic import write_atomic
+from nbhelpers.atomic import write_atomic
 
 __all__ = ["main"]
 

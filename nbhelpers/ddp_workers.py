@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from nbhelpers import compilation, data, models, training
-from nbhelpers._atomic import write_atomic
+from nbhelpers.atomic import write_atomic
 
 __all__ = ["all_reduce_by_hand", "fails_on", "waits_for_a_stuck_rank", "digit_batch", "seeded_mlp", "shard",
            "gradients", "train_digits", "unused_parameters", "TwoHeads", "compile_orders"]

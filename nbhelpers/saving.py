@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from nbhelpers import arguments
-from nbhelpers._atomic import write_atomic
+from nbhelpers.atomic import write_atomic
 
 __all__ = ["CheckpointError", "Checkpoint", "save", "load", "strip_compile_prefix"]
 

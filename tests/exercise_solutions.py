@@ -416,7 +416,7 @@ def save_atomic_first_only(obj, path):
 
 def save_atomic_via_write_atomic(obj, path):
     import io
-    from nbhelpers._atomic import write_atomic
+    from nbhelpers.atomic import write_atomic
     buffer = io.BytesIO()
     torch.save(obj, buffer)
     write_atomic(path, buffer.getvalue())

@@ -25,6 +25,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+# its own REPO, not tests.REPO: make matrix runs this file as a script, with no venv and no package path
 REPO = Path(__file__).resolve().parent.parent
 SUPPORTED = ((3, 10), (3, 11), (3, 12), (3, 13))
 _ASK = "import platform, sys; print(platform.python_version()); print(sys.executable)"

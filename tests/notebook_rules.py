@@ -9,6 +9,8 @@ import ast
 import re
 from pathlib import Path
 
+from tests import source_imports
+
 NAME = re.compile(r"^(\d\d)_[a-z0-9_]+\.ipynb$")
 EXPECTED = re.compile(r"^# Expected: (\w+)\b")       # first line of a raises-exception cell
 SKIPPED = re.compile(r"^# Skipped: \S")               # first line of an nbval-skip cell
@@ -106,19 +108,7 @@ def _tag_problems(i: int, cell) -> list[str]:
 
 def nbhelpers_imports(nb) -> set[tuple[str, str]]:
     """(module, name) pairs a notebook uses from nbhelpers: `from nbhelpers import m` then m.name."""
-    modules, used = set(), set()
-    for cell in _code(nb):
-        source = "\n".join(text for text in cell.source.splitlines() if not text.lstrip().startswith(("%", "!")))
-        tree = ast.parse(source)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module == "nbhelpers":
-                modules |= {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nbhelpers."):
-                used |= {(node.module.split(".", 1)[1], a.name) for a in node.names}
-            elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                  and node.value.id in modules):
-                used.add((node.value.id, node.attr))
-    return used
+    return source_imports.names_used_from(_code_tree(nb), "nbhelpers")
 
 
 def _output_texts(out) -> dict[str, str]:
@@ -212,8 +202,7 @@ def _calls_and_names(node) -> tuple[set[str], set[str]]:
 
 
 def _code_tree(nb) -> ast.Module:
-    lines = [line for c in _code(nb) for line in c.source.splitlines() if not line.lstrip().startswith(("%", "!"))]
-    return ast.parse("\n".join(lines))
+    return ast.parse("\n".join(source_imports.python_of(c.source) for c in _code(nb)))
 
 
 def _bindings(tree) -> dict[str, set[ast.AST]]:
@@ -295,8 +284,7 @@ def _calls_of_names_imported_from_modules(nb) -> set[tuple[str, str]]:
     (07's %%writefile workers do), in that cell only, unless the cell binds the name again itself."""
     used = set()
     for cell in _code(nb):
-        tree = ast.parse("\n".join(line for line in cell.source.splitlines()
-                                    if not line.lstrip().startswith(("%", "!"))))
+        tree = ast.parse(source_imports.python_of(cell.source))
         imported = {a.asname or a.name: (n.module.split(".", 1)[1], a.name) for n in ast.walk(tree)
                     if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("nbhelpers.") for a in n.names}
         rebound = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}

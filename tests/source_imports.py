@@ -12,11 +12,15 @@ def imported_modules(path: Path) -> set[str]:
     return imported_in(Path(path).read_text())
 
 
+def python_of(source: str) -> str:
+    """A cell's source without IPython's %magics and !commands, so that it parses as Python."""
+    return "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
+
+
 def imported_in(source: str) -> set[str]:
     """`imported_modules` of Python source text (IPython's %magics and !commands left out)."""
-    source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
     found = set()
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(ast.parse(python_of(source))):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -26,23 +30,33 @@ def imported_in(source: str) -> set[str]:
     return found
 
 
-def private_names_used(path: Path, package: str) -> set[str]:
-    """`module._name` pairs the file takes from another module of `package`: imported as
-    `from package.module import _name`, or read as `module._name` after `from package import module`."""
-    tree = ast.parse(Path(path).read_text())
-    own = Path(path).stem
+def names_used_from(tree: ast.AST, package: str) -> set[tuple[str, str]]:
+    """(module, name) for each name the code takes from a module of `package`, however it is imported:
+    `from package.m import name`; `m.name` after `from package import m` or `import package.m as m`; and
+    `package.m.name` after `import package.m`. `module` is the path below the package (`_tools.notebook_tools`)."""
     aliases, found = {}, set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == package:
             aliases |= {a.asname or a.name: a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package + "."):
-            source = node.module.rsplit(".", 1)[1]
-            found |= {f"{source}.{a.name}" for a in node.names if _private(a.name) and source != own}
+            found |= {(node.module.split(".", 1)[1], a.name) for a in node.names}
+        elif isinstance(node, ast.Import):
+            aliases |= {a.asname: a.name.split(".", 1)[1] for a in node.names
+                        if a.asname and a.name.startswith(package + ".")}
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                and _private(node.attr)):
-            found.add(f"{aliases[node.value.id]}.{node.attr}")
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            found.add((aliases[node.value.id], node.attr))
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+              and isinstance(node.value.value, ast.Name) and node.value.value.id == package):
+            found.add((node.value.attr, node.attr))
     return found
+
+
+def private_names_used(path: Path, package: str) -> set[str]:
+    """`module._name` pairs the file takes from another module of `package` (`names_used_from`)."""
+    own = Path(path).stem
+    return {f"{module}.{name}" for module, name in names_used_from(ast.parse(Path(path).read_text()), package)
+            if _private(name) and module.rsplit(".", 1)[-1] != own}
 
 
 def _private(name: str) -> bool:

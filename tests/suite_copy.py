@@ -6,11 +6,10 @@ import shutil
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import nbformat
 
-REPO = Path(__file__).resolve().parent.parent
+from tests import REPO
 
 
 def run_suite_on(nb, tmp_name: str, file_name: str = "00_environment.ipynb", *pytest_args: str,

@@ -1,10 +1,10 @@
-"""nbhelpers._atomic: a write replaces the file whole or leaves the old one, and leaves no temporary file."""
+"""nbhelpers.atomic: a write replaces the file whole or leaves the old one, and leaves no temporary file."""
 import os
 from unittest import mock
 
 import pytest
 
-from nbhelpers._atomic import write_atomic
+from nbhelpers.atomic import write_atomic
 
 
 def test_a_write_replaces_the_file_and_sets_its_mode(tmp_path):

@@ -85,6 +85,26 @@ def test_no_module_imports_another_modules_private_names():
     assert not taken
 
 
+def test_the_private_name_scanner_sees_every_way_of_importing(tmp_path):
+    source = tmp_path / "probe.py"
+    source.write_text("from nbhelpers import memory\nfrom nbhelpers.graph_view import _pack\n"
+                      "import nbhelpers.module_scope as scope\nimport nbhelpers.devices\n"
+                      "memory._dense(1)\nscope._Span\nnbhelpers.devices._parse('cpu')\nmemory.track\n")
+    assert private_names_used(source, "nbhelpers") == {"memory._dense", "graph_view._pack", "module_scope._Span",
+                                                       "devices._parse"}
+
+
+def test_every_view_is_one_widget_class():
+    import torch
+
+    from nbhelpers import autograd_graph, graph_view
+
+    data = graph_view.from_autograd(autograd_graph.trace((torch.rand(2, requires_grad=True) * 3).sum()))
+    first, second = graph_view.show(data), graph_view.show(data, selected=0)
+    # anywidget adds its traits per instance (traitlets' add_traits makes a subclass each time): ours is its base
+    assert type(first) is not type(second) and type(first).__mro__[1] is type(second).__mro__[1]
+
+
 def test_no_function_is_longer_than_40_lines():
     """House style: short functions, each doing one thing (a docstring counts: it is part of reading one)."""
     import ast

@@ -236,7 +236,7 @@ def test_the_agreement_rule_fails_without_the_assert_and_is_not_fooled_by_decora
 def test_the_readme_table_lists_every_checked_instrument_and_where_it_is_used():
     readme = (REPO / "README.md").read_text()
     table = readme.split("## Instruments and the tools that check them", 1)[1].split("\n\n")[2]
-    rows = {line.split("|")[1].strip().strip("`"): line.split("|")[5].strip()
+    rows = {line.split("|")[1].strip().strip("`"): line.split("|")[-2].strip()
             for line in table.splitlines()[2:]}
     assert set(rows) == set(notebook_rules.AGREEMENTS)
     for instrument, where in rows.items():

@@ -12,7 +12,7 @@ import re
 import shutil
 from pathlib import Path
 
-from nbhelpers._atomic import write_atomic
+from nbhelpers.atomic import write_atomic
 
 __all__ = ["execute_notebook", "INTERPRETER_NOTICES", "quiet_interpreter_notices", "sanitize_rules",
            "sanitize_outputs", "MissingWidgetState", "widgets_without_state", "build_site"]

@@ -44,7 +44,7 @@ def _holds(path: Path, w: torch.Tensor, when: str, otherwise: str) -> str | None
           hint="torch.save to a temporary file in the same directory, then os.replace(temp, path); on an "
                "error delete the temporary file and re-raise")
 def _save_atomic(answer):
-    with tempfile.TemporaryDirectory() as tmp, mock.patch("nbhelpers._atomic.write_atomic") as ours, \
+    with tempfile.TemporaryDirectory() as tmp, mock.patch("nbhelpers.atomic.write_atomic") as ours, \
             mock.patch("nbhelpers.saving.write_atomic") as ours_too:
         path = Path(tmp) / "checkpoint.pt"
         for w in inputs(lambda g, k: torch.randn(1 + k % 7, generator=g)):
