@@ -17,17 +17,27 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["layout", "crossings", "cycle_edges"]      # layout() returns a Drawing
 
 BOX_H, LAYER_GAP, BOX_GAP, DUMMY_W, MARGIN = 36.0, 40.0, 16.0, 8.0, 10.0
 
 
+class Rect(NamedTuple):
+    """A node's box: its top-left corner and size, in pixels."""
+
+    x: float
+    y: float
+    w: float
+    h: float
+
+
 @dataclass(frozen=True)
 class Drawing:
     """Where each node's box goes and the polyline of each edge, in pixels (y grows downwards)."""
 
-    boxes: tuple[tuple[float, float, float, float], ...]     # per node: x, y, width, height
+    boxes: tuple[Rect, ...]                                  # per node
     routes: tuple[tuple[tuple[float, float], ...], ...]      # per edge, in the order given
     width: float
     height: float
@@ -340,7 +350,7 @@ def _fit(row, pos, wide, x, weight) -> None:
 def _draw(n, upward, chains, layer, order, x, widths) -> Drawing:
     top = lambda depth: MARGIN + depth * (BOX_H + LAYER_GAP)     # noqa: E731
     # unrounded: graph_layout.js computes the same doubles, and a test compares the two exactly
-    boxes = tuple((x[v] - widths[v] / 2, top(layer[v]), float(widths[v]), BOX_H) for v in range(n))
+    boxes = tuple(Rect(x[v] - widths[v] / 2, top(layer[v]), float(widths[v]), BOX_H) for v in range(n))
     depth_of = [0] * len(x)
     for k, row in enumerate(order):
         for v in row:
@@ -353,6 +363,6 @@ def _draw(n, upward, chains, layer, order, x, widths) -> Drawing:
         if len(chain) > 1:
             points.append((x[chain[-1]], top(depth_of[chain[-1]])))
         routes.append(tuple(reversed(points)) if k in upward else tuple(points))
-    right = max(b[0] + b[2] for b in boxes) if boxes else 0.0
-    bottom = max((b[1] + b[3] for b in boxes), default=0.0)
+    right = max(b.x + b.w for b in boxes) if boxes else 0.0
+    bottom = max((b.y + b.h for b in boxes), default=0.0)
     return Drawing(boxes, tuple(routes), right + MARGIN, bottom + MARGIN)
