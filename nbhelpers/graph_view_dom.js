@@ -159,56 +159,68 @@ function drawBox(b, i, picture, texts) {
 }
 
 // One drawn graph: what is open in it, its view box, and what is marked in it.
-function makePane(graph, parent, hooks, side) {
-  const pane = tag("div", undefined, parent, "gv-pane");
-  tag("div", graph.title, pane, "gv-title");
-  const stage = tag("div", undefined, pane, "gv-stage");
-  stage.tabIndex = 0;
-  stage.setAttribute("role", "group");
-  stage.setAttribute("aria-label", `${graph.title || "graph"}: arrow keys move between boxes, Enter opens a module, `
-    + "Escape clears, + and - zoom");
-  const picture = svg("svg", { preserveAspectRatio: "xMidYMin meet", "aria-hidden": "true" }, stage);
-  const canvas = tag("canvas", undefined, stage, "gv-canvas");    // far zoom on a big view: no DOM per box
-  canvas.hidden = true;
-  const self = { graph, side, stage, expanded: new Set(graph.expanded), view: null, frame: null, selected: -1,
-    cursor: -1, step: -1, query: "", hits: [] };
-  const boxElement = (i) => picture.querySelector(`g[data-box="${i}"]`) || { classList: { add() {} } };  // culled
+class Pane {
+  constructor(graph, parent, hooks, side) {
+    Object.assign(this, { graph, side, expanded: new Set(graph.expanded), view: null, frame: null, selected: -1,
+      cursor: -1, step: -1, query: "", hits: [] });
+    const pane = tag("div", undefined, parent, "gv-pane");
+    tag("div", graph.title, pane, "gv-title");
+    const stage = this.stage = tag("div", undefined, pane, "gv-stage");
+    stage.tabIndex = 0;
+    stage.setAttribute("role", "group");
+    stage.setAttribute("aria-label", `${graph.title || "graph"}: arrow keys move between boxes, Enter opens a module, `
+      + "Escape clears, + and - zoom");
+    this.picture = svg("svg", { preserveAspectRatio: "xMidYMin meet", "aria-hidden": "true" }, stage);
+    this.canvas = tag("canvas", undefined, stage, "gv-canvas");    // far zoom on a big view: no DOM per box
+    this.canvas.hidden = true;
+    this.canvas.addEventListener("click", (event) => this.clickCanvas(event, hooks));
+    this.hooks = hooks;
+    panZoom(this, stage);
+    stage.addEventListener("keydown", (event) => hooks.key(this, event));
+  }
 
-  self.applyFrame = () => {
-    const f = self.frame;
-    picture.setAttribute("viewBox", `${f.x} ${f.y} ${f.w} ${f.h}`);
-    if (self.texts !== undefined && self.texts !== readable(stage, f)) self.paint(true);   // zoomed past 4 px
-    else if (self.view.boxes.length > CULL && !self.pending) {      // a big view redraws what is on screen
-      self.pending = true;
-      requestAnimationFrame(() => { self.pending = false; self.paint(false); });
+  boxElement(i) {        // a culled box has no element: a stand-in that ignores the mark
+    return this.picture.querySelector(`g[data-box="${i}"]`) || { classList: { add() {} } };
+  }
+
+  applyFrame() {
+    const f = this.frame;
+    this.picture.setAttribute("viewBox", `${f.x} ${f.y} ${f.w} ${f.h}`);
+    if (this.texts !== undefined && this.texts !== readable(this.stage, f)) this.paint(true);   // zoomed past 4 px
+    else if (this.view.boxes.length > CULL && !this.pending) {      // a big view redraws what is on screen
+      this.pending = true;
+      requestAnimationFrame(() => { this.pending = false; this.paint(false); });
     }
-  };
-  self.fit = () => {     // the width fitted, never magnified nor shrunk below 10 px text; the rest pans
-    const width = stage.clientWidth || 760, v = self.view;     // inside the border: what the SVG fills
+  }
+
+  fit() {     // the width fitted, never magnified nor shrunk below 10 px text; the rest pans
+    const stage = this.stage, width = stage.clientWidth || 760, v = this.view;     // inside the border: what the SVG fills
     const scale = Math.max(MIN_TEXT_PX / SUB_FONT, Math.min(1, width / v.width));
     const height = Math.max(160, Math.min(600, v.height * scale + 2));
     stage.style.height = `${height + stage.offsetHeight - stage.clientHeight}px`;
     const w = width / scale, root = v.boxes[0];                 // too wide: the root (the output) in the middle
     const x = w >= v.width ? (v.width - w) / 2 : Math.max(0, Math.min(v.width - w, root.x + root.w / 2 - w / 2));
-    self.frame = { x, y: 0, w, h: height / scale };
-    self.applyFrame();
-  };
-  self.relayout = () => {
-    self.view = viewOf(graph, self.expanded);
-    self.view.edges.forEach((e) => {          // each edge's bounding box, to find those on screen
+    this.frame = { x, y: 0, w, h: height / scale };
+    this.applyFrame();
+  }
+
+  relayout() {
+    this.view = viewOf(this.graph, this.expanded);
+    this.view.edges.forEach((e) => {          // each edge's bounding box, to find those on screen
       const xs = e.points.map((q) => q[0]), ys = e.points.map((q) => q[1]);
       e.box = [Math.min(...xs), Math.min(...ys), Math.max(...xs), Math.max(...ys)];
     });
-    self.drawn = null;
-    self.cache = null;
-    self.cursor = self.view.boxOf.has(self.selected) ? self.view.boxOf.get(self.selected) : -1;
-    self.fit();
-    self.paint(true);
-  };
+    this.drawn = null;
+    this.cache = null;
+    this.cursor = this.view.boxOf.has(this.selected) ? this.view.boxOf.get(this.selected) : -1;
+    this.fit();
+    this.paint(true);
+  }
+
   // Draw the boxes and edges in `region` (all of a small view) as SVG; on a big view zoomed out so far that
   // more than MAX_SVG boxes are on screen, draw them on the canvas instead (no text: it would be < 4 px).
-  self.paint = (force) => {
-    const v = self.view, f = self.frame, d = self.drawn;
+  paint(force) {
+    const v = this.view, f = this.frame, d = this.drawn;
     if (!force && d && f.x >= d.x && f.y >= d.y && f.x + f.w <= d.x + d.w && f.y + f.h <= d.y + d.h) return;
     const big = v.boxes.length > CULL;
     const region = { x: f.x - f.w / 4, y: f.y - f.h / 4, w: 1.5 * f.w, h: 1.5 * f.h };   // the frame and a margin
@@ -216,12 +228,18 @@ function makePane(graph, parent, hooks, side) {
       || (x1 >= region.x && x0 <= region.x + region.w && y1 >= region.y && y0 <= region.y + region.h);
     const boxes = v.boxes.map((b, i) => i).filter((i) => { const b = v.boxes[i]; return meets(b.x, b.y, b.x + b.w, b.y + b.h); });
     const far = big && boxes.length > MAX_SVG;
-    self.texts = readable(stage, f);
-    canvas.hidden = !far;
-    stage.dataset.drawn = `${boxes.length} ${far ? "canvas" : "svg"}`;    // what a test (or a curious reader) can see
-    picture.replaceChildren();
-    if (far) { self.drawn = null; self.cache = drawCanvas(canvas, stage, v, f, self.cache); return; }
-    const arrow = `gv-arrow-${++arrows}`;     // ids are page-wide: one per drawing
+    this.texts = readable(this.stage, f);
+    this.canvas.hidden = !far;
+    this.stage.dataset.drawn = `${boxes.length} ${far ? "canvas" : "svg"}`;    // what a test (or a curious reader) can see
+    this.picture.replaceChildren();
+    if (far) { this.drawn = null; this.cache = drawCanvas(this.canvas, this.stage, v, f, this.cache); return; }
+    this.drawSvg(boxes, meets);
+    this.drawn = big ? region : null;
+    this.mark();
+  }
+
+  drawSvg(boxes, meets) {
+    const v = this.view, picture = this.picture, arrow = `gv-arrow-${++arrows}`;     // ids are page-wide: one per drawing
     const marker = svg("marker", { id: arrow, viewBox: "0 0 6 6", refX: 6, refY: 3, markerWidth: 6,
       markerHeight: 6, orient: "auto" }, svg("defs", {}, picture));
     svg("path", { d: "M0,0 L6,3 L0,6 z", fill: "var(--gv-line)" }, marker);
@@ -231,69 +249,69 @@ function makePane(graph, parent, hooks, side) {
         "marker-end": `url(#${arrow})`, "data-edge": i }, picture);
     });
     for (const i of boxes) {
-      const g = drawBox(v.boxes[i], i, picture, self.texts);
-      g.addEventListener("click", () => hooks.click(self, i));
-      g.addEventListener("mouseenter", () => hooks.hover(self, i));
-      g.addEventListener("mouseleave", () => hooks.hover(self, -1));
+      const g = drawBox(v.boxes[i], i, picture, this.texts);
+      g.addEventListener("click", () => this.hooks.click(this, i));
+      g.addEventListener("mouseenter", () => this.hooks.hover(this, i));
+      g.addEventListener("mouseleave", () => this.hooks.hover(this, -1));
     }
-    self.drawn = big ? region : null;
-    self.mark();
-  };
-  canvas.addEventListener("click", (event) => {          // the canvas has no boxes to click: find the one hit
-    const r = stage.getBoundingClientRect(), f = self.frame;
+  }
+
+  clickCanvas(event, hooks) {          // the canvas has no boxes to click: find the one hit
+    const r = this.stage.getBoundingClientRect(), f = this.frame;
     const x = f.x + ((event.clientX - r.left) / r.width) * f.w, y = f.y + ((event.clientY - r.top) / r.height) * f.h;
-    const hit = self.view.boxes.findIndex((b) => x >= b.x && x <= b.x + b.w && y >= b.y && y <= b.y + b.h);
-    if (hit >= 0) hooks.click(self, hit);
-  });
-  self.mark = () => {
+    const hit = this.view.boxes.findIndex((b) => x >= b.x && x <= b.x + b.w && y >= b.y && y <= b.y + b.h);
+    if (hit >= 0) hooks.click(this, hit);
+  }
+
+  mark() {
     for (const cls of ["gv-selected", "gv-run", "gv-match", "gv-linked"]) {
-      picture.querySelectorAll(`.${cls}`).forEach((g) => g.classList.remove(cls));
+      this.picture.querySelectorAll(`.${cls}`).forEach((g) => g.classList.remove(cls));
     }
-    const boxOf = self.view.boxOf;
-    if (self.cursor >= 0) boxElement(self.cursor).classList.add("gv-selected");
-    if (self.selected >= 0) {
-      for (const k of graph.nodes[self.selected].links) {     // what the clicked node became, or came from
-        if (boxOf.get(k) !== boxOf.get(self.selected)) boxElement(boxOf.get(k)).classList.add("gv-linked");
+    const boxOf = this.view.boxOf, graph = this.graph;
+    if (this.cursor >= 0) this.boxElement(this.cursor).classList.add("gv-selected");
+    if (this.selected >= 0) {
+      for (const k of graph.nodes[this.selected].links) {     // what the clicked node became, or came from
+        if (boxOf.get(k) !== boxOf.get(this.selected)) this.boxElement(boxOf.get(k)).classList.add("gv-linked");
       }
     }
-    const running = graph.order[self.step];
-    if (self.step >= 0 && boxOf.has(running)) boxElement(boxOf.get(running)).classList.add("gv-run");
-    self.hits = [];
-    if (self.query) {
-      self.view.boxes.forEach((b, i) => {
+    const running = graph.order[this.step];
+    if (this.step >= 0 && boxOf.has(running)) this.boxElement(boxOf.get(running)).classList.add("gv-run");
+    this.hits = [];
+    if (this.query) {
+      this.view.boxes.forEach((b, i) => {
         const texts = b.members.map((m) => `${graph.nodes[m].label} ${graph.nodes[m].path}`.toLowerCase());
-        if (texts.some((t) => t.includes(self.query))) self.hits.push(i);
+        if (texts.some((t) => t.includes(this.query))) this.hits.push(i);
       });
-      self.hits.forEach((i) => boxElement(i).classList.add("gv-match"));
+      this.hits.forEach((i) => this.boxElement(i).classList.add("gv-match"));
     }
-  };
-  self.centreOn = (i) => {
-    const b = self.view.boxes[i];
-    self.frame.x = b.x + b.w / 2 - self.frame.w / 2;
-    self.frame.y = Math.max(0, b.y + b.h / 2 - self.frame.h / 2);
-    self.applyFrame();
-  };
-  self.hover = (i) => {
+  }
+
+  centreOn(i) {
+    const b = this.view.boxes[i];
+    this.frame.x = b.x + b.w / 2 - this.frame.w / 2;
+    this.frame.y = Math.max(0, b.y + b.h / 2 - this.frame.h / 2);
+    this.applyFrame();
+  }
+
+  hover(i) {
+    const picture = this.picture, graph = this.graph;
     picture.querySelectorAll(".gv-hot, .gv-share").forEach((x) => x.classList.remove("gv-hot", "gv-share"));
     if (i < 0) return "";
-    const edges = self.view.edges.filter((e) => e.from === i || e.to === i);
-    self.view.edges.forEach((e, k) => {
+    const edges = this.view.edges.filter((e) => e.from === i || e.to === i);
+    this.view.edges.forEach((e, k) => {
       const line = (e.from === i || e.to === i) && picture.querySelector(`polyline[data-edge="${k}"]`);
       if (line) line.classList.add("gv-hot");
     });
-    const mine = new Set(self.view.boxes[i].members.flatMap((m) => graph.nodes[m].storages));
+    const mine = new Set(this.view.boxes[i].members.flatMap((m) => graph.nodes[m].storages));
     let sharing = 0;
-    self.view.boxes.forEach((b, k) => {
+    this.view.boxes.forEach((b, k) => {
       if (k !== i && b.members.some((m) => graph.nodes[m].storages.some((s) => mine.has(s)))) {
-        boxElement(k).classList.add("gv-share");
+        this.boxElement(k).classList.add("gv-share");
         sharing += 1;
       }
     });
-    return `${self.view.boxes[i].title}: ${edges.length} edges, ${sharing} boxes share its saved memory`;
-  };
-  panZoom(self, stage);
-  stage.addEventListener("keydown", (event) => hooks.key(self, event));
-  return self;
+    return `${this.view.boxes[i].title}: ${edges.length} edges, ${sharing} boxes share its saved memory`;
+  }
 }
 
 function panZoom(self, stage) {
@@ -369,47 +387,54 @@ function nodeTable(parent, panes) {   // built when opened: every node, for scre
   }
 }
 
-async function render({ model, el }) {
-  const texts = [model.get("graph"), model.get("other")].filter(Boolean);
-  const graphs = (await Promise.all(texts.map(decode))).map(unpackState);
-  const root = tag("div", undefined, el, "gv");
-  tag("style", CSS, root);
-  const untheme = followTheme(root);
-  const bar = tag("div", undefined, root, "gv-bar");
-  const search = tag("input", undefined, bar, "gv-search");
-  search.placeholder = "search nodes";
-  search.setAttribute("aria-label", "search nodes by label or module");
-  const reset = tag("button", "first view", bar, "gv-reset");
-  const collapse = tag("button", "− collapse all", bar, "gv-collapse");
-  const expand = tag("button", "+ expand all", bar, "gv-expand");
-  const counts = tag("span", "", bar, "gv-count");
-  const back = tag("button", "◀ step", bar, "gv-back");
-  const forward = tag("button", "step ▶", bar, "gv-forward");
-  const play = tag("button", "play", bar, "gv-play");
-  const fit = tag("button", "fit", bar, "gv-fit");
-  const legendBox = tag("div", undefined, root, "gv-legend");
-  const info = tag("div", "", root, "gv-info");
-  info.setAttribute("aria-live", "polite");
-  const row = tag("div", undefined, root, "gv-panes");
-  const panel = tag("div", "Click a box for its details; click a module to open it.", root, "gv-details");
-  const tableBox = tag("details", undefined, root, "gv-table");
-  tag("summary", "The nodes as a table", tableBox);
-  const tableBody = tag("div", undefined, tableBox);
-  tableBox.addEventListener("toggle", () => { if (tableBox.open) nodeTable(tableBody, panes); });
-  let timer = null;
+// The widget around the panes: the bar, the legend, the details panel, one selection, what is open, the
+// stepper; and the traits it shares with Python (selected, step, expanded).
+class Controller {
+  constructor(model, el, graphs) {
+    this.model = model;
+    this.timer = null;
+    const root = tag("div", undefined, el, "gv");
+    tag("style", CSS, root);
+    this.untheme = followTheme(root);
+    this.buildBar(root);
+    this.legendBox = tag("div", undefined, root, "gv-legend");
+    this.info = tag("div", "", root, "gv-info");
+    this.info.setAttribute("aria-live", "polite");
+    const row = tag("div", undefined, root, "gv-panes");
+    this.panel = tag("div", "Click a box for its details; click a module to open it.", root, "gv-details");
+    const tableBox = tag("details", undefined, root, "gv-table");
+    tag("summary", "The nodes as a table", tableBox);
+    const tableBody = tag("div", undefined, tableBox);
+    tableBox.addEventListener("toggle", () => { if (tableBox.open) nodeTable(tableBody, this.panes); });
+    this.panes = graphs.map((g, k) => new Pane(g, row, this, k));
+  }
 
-  function sync(name, value) {
-    model.set(name, value);
+  buildBar(root) {
+    const bar = tag("div", undefined, root, "gv-bar");
+    this.search = tag("input", undefined, bar, "gv-search");
+    this.search.placeholder = "search nodes";
+    this.search.setAttribute("aria-label", "search nodes by label or module");
+    const buttons = [["reset", "first view"], ["collapse", "− collapse all"], ["expand", "+ expand all"],
+      ["counts"], ["back", "◀ step"], ["forward", "step ▶"], ["play", "play"], ["fit", "fit"]];
+    this.buttons = {};
+    for (const [name, text] of buttons) {
+      this.buttons[name] = text === undefined ? tag("span", "", bar, "gv-count") : tag("button", text, bar, `gv-${name}`);
+    }
+  }
+
+  sync(name, value) {
+    this.model.set(name, value);
     try {
-      model.save_changes();          // to the kernel, when there is one
+      this.model.save_changes();          // to the kernel, when there is one
     } catch (error) {
       // a static page has no kernel to tell: the view keeps working on its own
     }
   }
 
-  function showNode(pane, node) {
+  showNode(pane, node) {
+    const panel = this.panel;
     panel.replaceChildren();
-    const n = pane.graph.nodes[node], where = panes.length > 1 ? `${pane.graph.title}: ` : "";
+    const n = pane.graph.nodes[node], where = this.panes.length > 1 ? `${pane.graph.title}: ` : "";
     tag("div", `${where}${n.label} (node ${node})`, panel, "gv-heading");
     const list = tag("dl", undefined, panel);
     for (const [field, text] of n.rows) { tag("dt", field, list); tag("dd", text, list); }
@@ -417,20 +442,21 @@ async function render({ model, el }) {
     n.group.forEach((module) => {
       const button = tag("button", module, path);
       button.title = `collapse ${module}`;
-      button.addEventListener("click", () => setOpen(pane, module, false));
+      button.addEventListener("click", () => this.setOpen(pane, module, false));
     });
     if (!n.group.length) tag("span", "(outside modules)", path);
-    info.textContent = `selected ${n.label}` + (n.path ? ` in ${n.path}` : "");
+    this.info.textContent = `selected ${n.label}` + (n.path ? ` in ${n.path}` : "");
   }
 
-  function showModule(pane, box) {
-    panel.replaceChildren();
-    tag("div", box.title, panel, "gv-heading");
-    tag("div", "Press Enter or click it to open this module alone.", panel);
-    info.textContent = `module ${box.title}`;
+  showModule(pane, box) {
+    this.panel.replaceChildren();
+    tag("div", box.title, this.panel, "gv-heading");
+    tag("div", "Press Enter or click it to open this module alone.", this.panel);
+    this.info.textContent = `module ${box.title}`;
   }
 
-  function select(pane, node) {       // one selection: the other pane shows the node the diff matched to it
+  select(pane, node) {       // one selection: the other pane shows the node the diff matched to it
+    const panes = this.panes;
     for (const p of panes) { p.selected = -1; p.cursor = -1; }
     if (node >= 0) {
       pane.selected = node;
@@ -439,13 +465,13 @@ async function render({ model, el }) {
       if (other && pair) other.selected = pair[other.side];
     }
     for (const p of panes) { p.cursor = p.view.boxOf.has(p.selected) ? p.view.boxOf.get(p.selected) : -1; p.mark(); }
-    if (node >= 0) showNode(pane, node);
-    else { panel.replaceChildren(); info.textContent = "selection cleared"; }
-    sync("selected", panes[0].selected);
+    if (node >= 0) this.showNode(pane, node);
+    else { this.panel.replaceChildren(); this.info.textContent = "selection cleared"; }
+    this.sync("selected", panes[0].selected);
   }
 
-  function setOpen(pane, path, open) {
-    const targets = panes.length > 1 ? panes : [pane];           // a diff opens the same module on both sides
+  setOpen(pane, path, open) {
+    const targets = this.panes.length > 1 ? this.panes : [pane];     // a diff opens the same module on both sides
     for (const p of targets) {
       if (open) p.expanded.add(path);
       else for (const q of [...p.expanded]) if (q === path || q.startsWith(path + ".")) p.expanded.delete(q);
@@ -454,99 +480,125 @@ async function render({ model, el }) {
     const box = pane.view.boxOf.get(pane.selected >= 0 ? pane.selected
       : pane.graph.nodes.findIndex((n) => n.group.includes(path)));
     if (box !== undefined) pane.centreOn(box);
-    info.textContent = `${open ? "opened" : "collapsed"} ${path}: ${pane.view.boxes.length} boxes`;
-    afterLayout();
+    this.info.textContent = `${open ? "opened" : "collapsed"} ${path}: ${pane.view.boxes.length} boxes`;
+    this.afterLayout();
   }
 
-  function setAll(expanded) {
-    for (const p of panes) { p.expanded = new Set(expanded(p)); p.relayout(); }
-    afterLayout();
+  setAll(expanded) {
+    for (const p of this.panes) { p.expanded = new Set(expanded(p)); p.relayout(); }
+    this.afterLayout();
   }
 
-  function afterLayout() {
+  afterLayout() {
     const boxes = (n) => `${n} box${n === 1 ? "" : "es"}`;
-    counts.textContent = panes.map((p) => `${boxes(p.view.boxes.length)} of ${p.graph.nodes.length} nodes`).join(" | ");
-    legend(legendBox, panes);
-    sync("expanded", [...panes[0].expanded].sort());
+    this.buttons.counts.textContent = this.panes.map((p) => `${boxes(p.view.boxes.length)} of ${p.graph.nodes.length} nodes`)
+      .join(" | ");
+    legend(this.legendBox, this.panes);
+    this.sync("expanded", [...this.panes[0].expanded].sort());
   }
 
-  const hooks = {
-    click(pane, i) {
-      const b = pane.view.boxes[i];
-      if (b.kind === "group") return setOpen(pane, b.key.slice(2), true);
-      select(pane, b.members[0]);
-    },
-    hover(pane, i) { info.textContent = pane.hover(i); },
-    key(pane, event) {
-      const v = pane.view;
-      if (event.key === "Escape") { select(pane, -1); }
-      else if (event.key === "Enter" && pane.cursor >= 0) { hooks.click(pane, pane.cursor); }
-      else if (event.key === "+" || event.key === "-") {
-        const f = pane.frame;
-        pane.zoom(event.key === "+" ? 1 / 1.25 : 1.25, f.x + f.w / 2, f.y + f.h / 2);
-      } else if (event.key.startsWith("Arrow")) {
-        const next = pane.cursor < 0 ? 0 : neighbour(v, pane.cursor, event.key), b = v.boxes[next];
-        if (b.kind === "group") {
-          select(pane, -1);
-          pane.cursor = next;
-          pane.mark();
-          showModule(pane, b);
-        } else select(pane, b.members[0]);
-        pane.centreOn(next);
-      } else return;
-      event.preventDefault();
-    },
-  };
-  const panes = graphs.map((g, k) => makePane(g, row, hooks, k));
+  click(pane, i) {                  // the panes' hooks: click, hover, key
+    const b = pane.view.boxes[i];
+    if (b.kind === "group") return this.setOpen(pane, b.key.slice(2), true);
+    this.select(pane, b.members[0]);
+  }
 
-  function setStep(s) {
-    const pane = panes[0], order = pane.graph.order;
+  hover(pane, i) { this.info.textContent = pane.hover(i); }
+
+  key(pane, event) {
+    if (event.key === "Escape") this.select(pane, -1);
+    else if (event.key === "Enter" && pane.cursor >= 0) this.click(pane, pane.cursor);
+    else if (event.key === "+" || event.key === "-") {
+      const f = pane.frame;
+      pane.zoom(event.key === "+" ? 1 / 1.25 : 1.25, f.x + f.w / 2, f.y + f.h / 2);
+    } else if (event.key.startsWith("Arrow")) this.moveCursor(pane, event.key);
+    else return;
+    event.preventDefault();
+  }
+
+  moveCursor(pane, key) {
+    const v = pane.view, next = pane.cursor < 0 ? 0 : neighbour(v, pane.cursor, key), b = v.boxes[next];
+    if (b.kind === "group") {
+      this.select(pane, -1);
+      pane.cursor = next;
+      pane.mark();
+      this.showModule(pane, b);
+    } else this.select(pane, b.members[0]);
+    pane.centreOn(next);
+  }
+
+  setStep(s) {
+    const pane = this.panes[0], order = pane.graph.order;
     pane.step = Math.max(-1, Math.min(order.length - 1, s));
     pane.mark();
-    sync("step", pane.step);
+    this.sync("step", pane.step);
     if (pane.step < 0) return;
     const n = pane.graph.nodes[order[pane.step]];
-    info.textContent = `step ${pane.step + 1} of ${order.length}: runs ${n.label}` + (n.kind === "leaf" ? ` and fills ${n.label}.grad` : "");
+    this.info.textContent = `step ${pane.step + 1} of ${order.length}: runs ${n.label}`
+      + (n.kind === "leaf" ? ` and fills ${n.label}.grad` : "");
   }
 
-  search.addEventListener("input", () => {
-    const query = search.value.trim().toLowerCase();
+  find() {
+    const query = this.search.value.trim().toLowerCase(), panes = this.panes;
     panes.forEach((p) => { p.query = query; p.mark(); });
     if (!query) return;
-    info.textContent = `${panes.map((p) => p.hits.length).join(" | ")} boxes match "${search.value.trim()}"`;
+    this.info.textContent = `${panes.map((p) => p.hits.length).join(" | ")} boxes match "${this.search.value.trim()}"`;
     panes.forEach((p) => { if (p.hits.length) p.centreOn(p.hits[0]); });
-  });
-  reset.addEventListener("click", () => setAll((p) => p.graph.expanded));
-  collapse.addEventListener("click", () => setAll(() => []));
-  expand.addEventListener("click", () => setAll((p) => p.graph.nodes.flatMap((n) => n.group)));
-  back.addEventListener("click", () => setStep(panes[0].step - 1));
-  forward.addEventListener("click", () => setStep(panes[0].step + 1));
-  fit.addEventListener("click", () => panes.forEach((p) => p.fit()));
-  for (const button of [back, forward, play]) button.hidden = !panes[0].graph.order.length;
-  play.addEventListener("click", () => {
-    if (timer) { clearInterval(timer); timer = null; play.textContent = "play"; return; }
-    play.textContent = "pause";
-    timer = setInterval(() => {
-      if (panes[0].step >= panes[0].graph.order.length - 1) { clearInterval(timer); timer = null; play.textContent = "play"; return; }
-      setStep(panes[0].step + 1);
-    }, 400);
-  });
-  model.on("change:selected", () => { if (model.get("selected") !== panes[0].selected) select(panes[0], model.get("selected")); });
-  model.on("change:step", () => { if (model.get("step") !== panes[0].step) setStep(model.get("step")); });
-  model.on("change:expanded", () => {
-    const wanted = model.get("expanded");
-    if (wanted.join("\n") === [...panes[0].expanded].sort().join("\n")) return;
-    panes[0].expanded = new Set(wanted);
-    panes[0].relayout();
-    afterLayout();
-  });
+  }
 
-  panes[0].expanded = new Set(model.get("expanded"));         // the trait: Python's first view, or what was saved
-  panes.forEach((p) => p.relayout());
-  afterLayout();
-  if (model.get("selected") >= 0) select(panes[0], model.get("selected"));
-  if (model.get("step") >= 0) setStep(model.get("step"));
-  return () => { if (timer) clearInterval(timer); untheme(); };
+  togglePlay() {
+    const play = this.buttons.play, stop = () => { clearInterval(this.timer); this.timer = null; play.textContent = "play"; };
+    if (this.timer) return stop();
+    play.textContent = "pause";
+    this.timer = setInterval(() => {
+      if (this.panes[0].step >= this.panes[0].graph.order.length - 1) return stop();
+      this.setStep(this.panes[0].step + 1);
+    }, 400);
+  }
+
+  wireBar() {
+    const b = this.buttons, first = this.panes[0];
+    this.search.addEventListener("input", () => this.find());
+    b.reset.addEventListener("click", () => this.setAll((p) => p.graph.expanded));
+    b.collapse.addEventListener("click", () => this.setAll(() => []));
+    b.expand.addEventListener("click", () => this.setAll((p) => p.graph.nodes.flatMap((n) => n.group)));
+    b.back.addEventListener("click", () => this.setStep(first.step - 1));
+    b.forward.addEventListener("click", () => this.setStep(first.step + 1));
+    b.fit.addEventListener("click", () => this.panes.forEach((p) => p.fit()));
+    for (const button of [b.back, b.forward, b.play]) button.hidden = !first.graph.order.length;
+    b.play.addEventListener("click", () => this.togglePlay());
+  }
+
+  wireModel() {
+    const model = this.model, first = this.panes[0];
+    model.on("change:selected", () => { if (model.get("selected") !== first.selected) this.select(first, model.get("selected")); });
+    model.on("change:step", () => { if (model.get("step") !== first.step) this.setStep(model.get("step")); });
+    model.on("change:expanded", () => {
+      const wanted = model.get("expanded");
+      if (wanted.join("\n") === [...first.expanded].sort().join("\n")) return;
+      first.expanded = new Set(wanted);
+      first.relayout();
+      this.afterLayout();
+    });
+  }
+
+  start() {
+    const model = this.model;
+    this.wireBar();
+    this.wireModel();
+    this.panes[0].expanded = new Set(model.get("expanded"));         // the trait: Python's first view, or what was saved
+    this.panes.forEach((p) => p.relayout());
+    this.afterLayout();
+    if (model.get("selected") >= 0) this.select(this.panes[0], model.get("selected"));
+    if (model.get("step") >= 0) this.setStep(model.get("step"));
+    return () => { if (this.timer) clearInterval(this.timer); this.untheme(); };
+  }
+}
+
+async function render({ model, el }) {
+  const texts = [model.get("graph"), model.get("other")].filter(Boolean);
+  const graphs = (await Promise.all(texts.map(decode))).map(unpackState);
+  return new Controller(model, el, graphs).start();
 }
 
 export default { render };

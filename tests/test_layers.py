@@ -105,6 +105,41 @@ def test_every_view_is_one_widget_class():
     assert type(first) is not type(second) and type(first).__mro__[1] is type(second).__mro__[1]
 
 
+_JS_TEXT = re.compile(r"`(?:\\.|[^`\\])*`|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|//[^\n]*|/\*.*?\*/", re.S)
+_JS_HEAD = re.compile(r"^\s*(?:export\s+)?(?:async\s+)?(?:function\s+\w+|(?!(?:if|for|while|switch|catch)\b)\w+)"
+                      r"\s*\([^)]*\)\s*\{\s*$")
+
+
+def js_long_functions(text: str, limit: int = 40) -> list[str]:
+    """Functions and class methods of a JS file (declared one per line, `name(args) {`) over `limit` lines: strings,
+    template literals and comments blanked out, then braces counted from the header to its match."""
+    lines = _JS_TEXT.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), text).splitlines()
+    found = []
+    for start, line in enumerate(lines):
+        if not _JS_HEAD.match(line):
+            continue
+        depth, end = 0, start
+        for end in range(start, len(lines)):
+            depth += lines[end].count("{") - lines[end].count("}")
+            if depth == 0:
+                break
+        if end - start + 1 > limit:
+            found.append(f"{start + 1}: {line.strip()} ({end - start + 1} lines)")
+    return found
+
+
+def test_the_js_length_check_finds_a_long_function():
+    body = "\n".join(f"  const a{k} = `{{${k}}}`;  // {{" for k in range(41))
+    assert js_long_functions(f"function long(x) {{\n{body}\n}}\nfunction short() {{\n}}\n") == [
+        "1: function long(x) { (43 lines)"]
+    assert js_long_functions("class A {\n  method(a, b) {\n    return 1;\n  }\n}\n") == []
+
+
+def test_no_js_function_is_longer_than_40_lines():
+    long = {path.name: found for path in sorted(PACKAGE.glob("*.js")) if (found := js_long_functions(path.read_text()))}
+    assert not long
+
+
 def test_no_function_is_longer_than_40_lines():
     """House style: short functions, each doing one thing (a docstring counts: it is part of reading one)."""
     import ast
