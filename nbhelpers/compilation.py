@@ -174,7 +174,8 @@ class CompileLog:
     """Filled when the `watch_compiles` block exits."""
 
     graphs: int = 0                                          # graphs compiled inside the block
-    recompiles: list[str] = field(default_factory=list)     # guard failures, "frame/version: guard"
+    # guard failures, "frame/version: guard"; compile_lens.capture_calls gives the same per entry (Entry.failed)
+    recompiles: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)       # Dynamo's warnings, first lines
 
 

@@ -48,7 +48,8 @@ class Entry:
     function: str              # the code compiled: the user's function, or a resume function after a break
     call: int                  # the call (an index into capture_calls' `calls`) that compiled it
     guards: tuple[Guard, ...]
-    failed: tuple[str, ...]    # on a recompile: the guard each earlier entry failed, as Dynamo words it
+    failed: tuple[str, ...]    # on a recompile: the guard each earlier entry failed, as Dynamo words it (what
+    #                            compilation.watch_compiles().recompiles lists for a whole block)
 
 
 @dataclass(frozen=True)

@@ -57,16 +57,29 @@ def test_a_module_added_without_a_row_fails(tmp_path):
         _check_the_map(modules_in(copy))
 
 
+def layer_violations(module: str, paths) -> list[str]:
+    """The imports of `module`'s files against the order of the layers: each one it may not make, said."""
+    allowed, found = LAYERS[:LAYERS.index(MAP[module][0]) + 1], []          # its own layer and those before it
+    for path in paths:
+        for name in sorted(imported_modules(path)):
+            parts = name.split(".")
+            if name.startswith("."):
+                found.append(f"{path.name} imports {name}: name the module (from nbhelpers...)")
+            elif parts[0] == "nbhelpers" and len(parts) > 1 and parts[1] in MAP and parts[1] != module \
+                    and MAP[parts[1]][0] not in allowed:
+                found.append(f"{path.name} ({MAP[module][0]}) imports {parts[1]} ({MAP[parts[1]][0]})")
+    return found
+
+
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_a_module_imports_only_from_the_layers_it_may_use(module):
-    allowed = LAYERS[:LAYERS.index(MAP[module][0]) + 1]          # its own layer and those before it
-    for path in MODULES[module]:
-        for name in imported_modules(path):
-            assert not name.startswith("."), f"{path.name} imports {name}: name the module (from nbhelpers...)"
-            parts = name.split(".")
-            if parts[0] == "nbhelpers" and len(parts) > 1 and parts[1] in MAP and parts[1] != module:
-                assert MAP[parts[1]][0] in allowed, f"{path.name} ({MAP[module][0]}) imports {parts[1]} " \
-                                                    f"({MAP[parts[1]][0]})"
+    assert layer_violations(module, MODULES[module]) == []
+
+
+def test_an_instrument_importing_a_lesson_fails(tmp_path):
+    copy = tmp_path / "memory.py"
+    copy.write_text((PACKAGE / "memory.py").read_text() + "\nfrom nbhelpers import models\n")
+    assert layer_violations("memory", [copy]) == ["memory.py (instrument) imports models (lesson)"]
 
 
 def test_the_map_names_the_notebooks_that_import_each_module():
