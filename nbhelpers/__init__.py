@@ -24,6 +24,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | storage           | instrument | 01                         | storages, views, strides, version counters, lifetimes |
 | module_scope      | instrument | 02                         | which module is running, in forward and backward     |
 | autograd_graph    | instrument | 02 08 12                   | a backward graph as data: nodes, saved tensors, order |
+| forward_graph     | instrument | -                          | the forward's ATen ops, shapes, and the node each made |
 | memory            | instrument | 01 02 08                   | live bytes per op, module and phase; saved bytes     |
 | memory_agreement  | instrument | 08                         | memory.track against torch's MemTracker, to the byte |
 | eager_only        | instrument | 08                         | dispatch modes say when a compiled call ran eagerly  |

@@ -84,6 +84,12 @@ def trace(t: torch.Tensor, module: torch.nn.Module | None = None) -> Graph:
                  tuple((path, kind) for path, kind in types.items() if path in named))
 
 
+def functions(t: torch.Tensor) -> list:
+    """The grad_fn objects of `trace(t)`'s nodes, in the same order (node i is functions(t)[i]): for
+    forward_graph, which links forward ops to them (not in __all__)."""
+    return _walk(_root_fn(t))
+
+
 def _root_fn(t):
     arguments.require("autograd_graph.trace", "t", t, torch.Tensor, "a tensor made by autograd, such as the loss")
     if t.grad_fn is None:

@@ -79,6 +79,10 @@ class _Scope:
             h.remove()
         self.handles, self.stack, self.steps, self.spans, self.root = [], [], [], [], None
 
+    def chain(self) -> tuple[str, ...]:
+        """The modules whose forwards are running now, outermost first (the tag a node made now gets)."""
+        return tuple(entry[0] for entry in self.stack)
+
     def current(self) -> tuple[str, str]:
         """(module path, "forward", "backward", "recompute" or "optimizer") for the op running now; in an
         optimizer's step() the path is the optimizer's `<class>.step`. "recompute" is a module's forward run
@@ -121,7 +125,7 @@ class _Scope:
         # what the forward returned, in any container, and a tensor it kept on the module (`self.attn = ...`,
         # a plain attribute: it lands in the instance's __dict__, beside _parameters and _modules)
         kept = [v for v in vars(module).values() if isinstance(v, torch.Tensor)]
-        roots = [t.grad_fn for t in _tensors_in(output) + kept if t.grad_fn is not None]
+        roots = [t.grad_fn for t in tensors_in(output) + kept if t.grad_fn is not None]
         _tag_new_nodes(roots, self.spans, first, module)
         if not self.stack:
             self.spans = []
@@ -179,9 +183,9 @@ def _tag_new_nodes(roots: list, spans: list[_Span], first: int, module: torch.nn
         stack.extend(f for f, _ in n.next_functions)
 
 
-def _tensors_in(value, depth: int = 0) -> list[torch.Tensor]:
-    """The tensors in a forward's result: pytree containers (tuples, lists, dicts, namedtuples) and
-    dataclasses, nested; other objects are not opened."""
+def tensors_in(value, depth: int = 0) -> list[torch.Tensor]:
+    """The tensors in a forward's result (forward_graph reads a model's with it too): pytree containers
+    (tuples, lists, dicts, namedtuples) and dataclasses, nested; other objects are not opened."""
     if isinstance(value, torch.Tensor):            # the common case, without a pytree walk
         return [value]
     if depth > 8:
@@ -191,7 +195,7 @@ def _tensors_in(value, depth: int = 0) -> list[torch.Tensor]:
         if isinstance(leaf, torch.Tensor):
             found.append(leaf)
         elif dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
-            found += _tensors_in([getattr(leaf, f.name) for f in dataclasses.fields(leaf)], depth + 1)
+            found += tensors_in([getattr(leaf, f.name) for f in dataclasses.fields(leaf)], depth + 1)
     return found
 
 
