@@ -24,7 +24,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | storage           | instrument | 01                         | storages, views, strides, version counters, lifetimes |
 | module_scope      | instrument | 02                         | which module is running, in forward and backward     |
 | autograd_graph    | instrument | 02 08 12                   | a backward graph as data: nodes, saved tensors, order |
-| forward_graph     | instrument | -                          | the forward's ATen ops, shapes, and the node each made |
+| forward_graph     | instrument | 02 12                      | the forward's ATen ops, shapes, and the node each made |
 | memory            | instrument | 01 02 08                   | live bytes per op, module and phase; saved bytes     |
 | memory_agreement  | instrument | 08                         | memory.track against torch's MemTracker, to the byte |
 | eager_only        | instrument | 08                         | dispatch modes say when a compiled call ran eagerly  |
@@ -39,6 +39,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | graph_boxes       | view       | -                          | a view's boxes: open modules, cut labels, the SVG    |
 | graph_view        | view       | 02 05 10 11 12             | a clickable graph: JupyterLab, static site, SVG      |
 | graph_diff        | view       | 02 11                      | two graphs, node by node                             |
+| forward_view      | view       | -                          | a forward graph as view data, linked to its backward |
 | compile_view      | view       | 05 10 11                   | compile_lens reports and exports as graph views      |
 | models            | lesson     | 02 03 05 06 07 08 09 10 12 | the sandwich model and the series' small models      |
 | data              | lesson     | 00 03 04 06 07 10          | the offline handwritten digits, as torchvision MNIST |

@@ -45,6 +45,7 @@ class TensorMeta:
     dtype: str                 # "float32"
     stride: tuple[int, ...]
     requires_grad: bool
+    storage_ptr: int = 0       # its storage's address while the op ran (0: none), as SavedTensor.storage_ptr
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class ForwardGraph:
     backward: autograd_graph.Graph | None   # traced from the output's tensors; None if none has a grad_fn
     error: BaseException | None = None
     module_types: tuple[tuple[str, str], ...] = ()   # (module path, class name), as the backward view names them
+    settings: tuple[tuple[str, str], ...] = ()       # (module path, its extra_repr()): `in_features=4, ...`
 
     def made(self, node: int) -> int | None:
         """The op that made backward node `node` (through `backward` or `also`), or None."""
@@ -109,7 +111,16 @@ def trace(model: torch.nn.Module, *inputs, **kwargs) -> ForwardGraph:
         raise ValueError(f"forward_graph.trace: the model returned {arguments.given(output)}, with no tensor in it; "
                          "trace a forward that returns a tensor (or tensors in a tuple, dict or dataclass)")
     graph, functions = _backward_of([t for t in returned if t.grad_fn is not None], model)
-    return ForwardGraph(_linked(recorder, functions), output, graph, error, graph.module_types if graph else ())
+    types, settings = _modules(model)
+    return ForwardGraph(_linked(recorder, functions), output, graph, error, types, settings)
+
+
+def _modules(model) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """(path, class name) and (path, extra_repr) of every module, named as module_scope names them."""
+    types = tuple(module_scope.module_types(model).items())
+    paths = dict(module_scope.module_paths(model))
+    settings = tuple((paths[id(m)], m.extra_repr()) for m in model.modules() if m.extra_repr())
+    return types, settings
 
 
 def _check(model, inputs, kwargs) -> None:
@@ -197,7 +208,7 @@ class _Recorder(TorchDispatchMode):
 
 def _meta(t: torch.Tensor) -> TensorMeta:
     stride = tuple(t.stride()) if t.layout == torch.strided else ()
-    return TensorMeta(tuple(t.shape), str(t.dtype).removeprefix("torch."), stride, t.requires_grad)
+    return TensorMeta(tuple(t.shape), str(t.dtype).removeprefix("torch."), stride, t.requires_grad, _storage(t))
 
 
 def _aliases(func, args, kwargs, inputs: list, outputs: list) -> tuple[tuple[int | None, ...], tuple[int, ...]]:

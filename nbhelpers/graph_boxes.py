@@ -30,19 +30,20 @@ __all__ = ["Box", "Route", "View", "view", "first_expansion", "render_svg", "leg
 
 FONT, SUB_FONT = 12, 11                # px: a box's label, and a module box's second line
 COLUMN, SUB_COLUMN = 0.62 * FONT, 0.62 * SUB_FONT   # a monospace column (fonts' advance is 0.55-0.61 em)
-PAD, MAX_W, LEGEND_ROW = 8.0, 240.0, 20
+PAD, MIN_W, MAX_W, LEGEND_ROW, EDGE_FONT = 8.0, 40.0, 240.0, 20, SUB_FONT      # an edge label: legible at the fit
 STAGE_W, MIN_TEXT_PX, MAX_BOXES = 760, 10, 300     # the notebook output's width; legible text; boxes
 _WIDE = re.compile("[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60"
                    "\uffe0-\uffe6\U00020000-\U0003fffd]")   # East Asian wide: two columns (the same set in JS)
 KINDS = {"op": "op", "saves": "op that saves tensors for backward", "leaf": "leaf: fills a parameter's .grad",
          "group": "module, collapsed: click to expand", "input": "input", "line": "source line",
          "break": "graph break", "kernel": "generated kernel", "call": "a call of the compiled function",
-         "entry": "a compiled entry (guards and graphs)", "guard": "a guard that failed: why it recompiled"}
+         "entry": "a compiled entry (guards and graphs)", "guard": "a guard that failed: why it recompiled",
+         "error": "the op that raised: the forward stopped here"}
 MARKS = {"added": "only in the right graph", "removed": "only in the left graph", "changed": "saved bytes differ"}
 LEGEND = {"fill": KINDS, "outline": MARKS}
 FILL = {"op": "#dbe8f7", "leaf": "#d9f2d9", "saves": "#fde7c8", "group": "#ece6f5", "input": "#d9f2d9",
         "line": "#f4f4f4", "break": "#f7c6c6", "kernel": "#fde7c8", "call": "#d9f2d9", "entry": "#dbe8f7",
-        "guard": "#f7c6c6"}
+        "guard": "#f7c6c6", "error": "#e05252"}
 MARK_STROKE = {"added": "#1a7f1a", "removed": "#c22", "changed": "#b06000"}
 
 
@@ -70,6 +71,7 @@ class Route:
     src: int                                   # box indices
     dst: int
     points: tuple[tuple[float, float], ...]
+    label: str = ""                            # what the edges it stands for carry (a tensor's shape), if one thing
 
 
 @dataclass(frozen=True)
@@ -112,12 +114,29 @@ def view(data, expanded=frozenset(), info: dict[str, ModuleInfo] | None = None) 
     for i, n in enumerate(data.nodes):
         members.setdefault(_key(n.group, i, expanded), []).append(i)
     box_of = {i: b for b, nodes in enumerate(members.values()) for i in nodes}
-    pairs = sorted({(box_of[s], box_of[d]) for s, d in data.edges if box_of[s] != box_of[d]})
+    carried = _carried(data, box_of)
+    pairs = sorted(carried)
     unplaced = [_box(data, key, nodes, info) for key, nodes in members.items()]
     drawing = graph_layout.layout(len(unplaced), pairs, [b.w for b in unplaced])
     boxes = tuple(dataclasses.replace(b, x=x, y=y, w=w, h=h) for b, (x, y, w, h) in zip(unplaced, drawing.boxes))
-    edges = tuple(Route(s, d, route) for (s, d), route in zip(pairs, drawing.routes))
+    edges = tuple(Route(s, d, route, _edge_label(carried[(s, d)])) for (s, d), route in zip(pairs, drawing.routes))
     return View(frozenset(expanded), boxes, edges, drawing.width, drawing.height)
+
+
+def _carried(data, box_of: dict[int, int]) -> dict[tuple[int, int], list[str]]:
+    """Each pair of boxes an edge joins -> the labels of the edges between them (empty strings if none)."""
+    labels = data.edge_labels or ("",) * len(data.edges)
+    carried: dict[tuple[int, int], list[str]] = {}
+    for (s, d), label in zip(data.edges, labels):
+        if box_of[s] != box_of[d]:
+            carried.setdefault((box_of[s], box_of[d]), []).append(label)
+    return carried
+
+
+def _edge_label(labels: list[str]) -> str:
+    """One label when every edge a route stands for carries the same, else how many tensors it carries."""
+    distinct = set(labels)
+    return labels[0] if len(distinct) == 1 else f"{len(labels)} tensors"
 
 
 def _key(chain: tuple[str, ...], node: int, expanded) -> str:
@@ -132,8 +151,8 @@ def _box(data, key: str, nodes: list[int], info: dict[str, ModuleInfo]) -> Box:
     nbytes = sum(data.nodes[i].saved_bytes for i in nodes)
     if not key.startswith("g:"):
         w = _width(first.label, "")
-        return Box(key, (fitted(first.label, w - 2 * PAD, COLUMN),), first.label, first.kind, tuple(nodes),
-                   nbytes, mark, w=w)
+        return Box(key, (fitted(first.label, w - 2 * PAD, COLUMN),), first.tip or first.label, first.kind,
+                   tuple(nodes), nbytes, mark, w=w)
     path = key[2:]
     name = _relative(path, first.group[0]) if path != first.group[0] else path   # the root frames every box
     head = f"{name} · {info[path].kind}" if info[path].kind not in ("", name) else name
@@ -150,7 +169,9 @@ def _relative(path: str, parent: str) -> str:
 
 
 def _width(head: str, sub: str) -> float:
-    return min(MAX_W, 2 * PAD + max(columns(head) * COLUMN, columns(sub) * SUB_COLUMN))
+    """As wide as its text, between MIN_W (a one-letter op such as `t` still has room for the shape below it)
+    and MAX_W."""
+    return max(MIN_W, min(MAX_W, 2 * PAD + max(columns(head) * COLUMN, columns(sub) * SUB_COLUMN)))
 
 
 def columns(text: str) -> int:
@@ -160,7 +181,7 @@ def columns(text: str) -> int:
 
 def fitted(text: str, room: float, column: float) -> str:
     """`text` if it fits in `room` pixels, else as much of it as fits followed by an ellipsis."""
-    if columns(text) * column <= room:
+    if columns(text) * column <= room + 1e-9:          # a one-column label: 7.44 px in 23.44 - 16 px
         return text
     budget, out = math.floor(room / column) - 1, []     # one column for the ellipsis
     for ch in text:
@@ -228,10 +249,20 @@ def render_svg(shown: View, selected: int | None = None) -> str:
     for e in shown.edges:
         points = " ".join(f"{x:.1f},{y:.1f}" for x, y in e.points)
         parts.append(f'<polyline points="{points}" fill="none" stroke="#888" marker-end="url(#gv-arrow)"/>')
+        if e.label:
+            x, y = edge_label_at(e.points)
+            parts.append(f'<text x="{x:.1f}" y="{y:.1f}" font-size="{EDGE_FONT}" fill="#333">{html.escape(e.label)}</text>')
     parts += [_svg_box(b, selected is not None and selected in b.members) for b in shown.boxes]
     parts.append(legend)
     parts.append("</svg>")
     return "".join(parts)
+
+
+def edge_label_at(points) -> tuple[float, float]:
+    """Where an edge's label starts: just below and right of where it leaves its box. Edges into one box meet
+    at its top, but the edges out of one box carry the same tensor, so their labels coincide and read as one."""
+    x, y = points[0]
+    return x + 4, y + 13
 
 
 def _svg_box(b: Box, chosen: bool) -> str:

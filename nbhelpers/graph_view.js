@@ -2,7 +2,7 @@
 // module, as graph_view.esm() joins them): the state decoded, and the boxes of what the learner has opened
 // (graph_boxes.py's rules in JavaScript), laid out with layout(). No DOM here: Node runs it in the tests.
 const SVG_NS = "http://www.w3.org/2000/svg";   // the SVG namespace name, not an address that is fetched
-const MIN_TEXT_PX = 10, FONT = 12, SUB_FONT = 11, COLUMN = 0.62 * FONT, SUB_COLUMN = 0.62 * SUB_FONT, PAD = 8, MAX_W = 240;
+const MIN_TEXT_PX = 10, FONT = 12, SUB_FONT = 11, EDGE_FONT = 11, COLUMN = 0.62 * FONT, SUB_COLUMN = 0.62 * SUB_FONT, PAD = 8, MIN_W = 40, MAX_W = 240;
 const WIDE = /[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6\u{20000}-\u{3fffd}]/u;
 // graph_boxes.columns and fitted: the same widths, the same cuts.
 export function columns(text) {
@@ -12,7 +12,7 @@ export function columns(text) {
 }
 
 export function fitted(text, room, column) {
-  if (columns(text) * column <= room) return text;
+  if (columns(text) * column <= room + 1e-9) return text;        // a one-column label: 7.44 px in 23.44 - 16 px
   let budget = Math.floor(room / column) - 1, out = "";
   for (const ch of text) {
     budget -= WIDE.test(ch) ? 2 : 1;
@@ -22,26 +22,27 @@ export function fitted(text, room, column) {
   return out + "…";
 }
 
-function boxWidth(head, sub) {
-  return Math.min(MAX_W, 2 * PAD + Math.max(columns(head) * COLUMN, columns(sub) * SUB_COLUMN));
+function boxWidth(head, sub) {         // graph_boxes._width: between MIN_W and MAX_W
+  return Math.max(MIN_W, Math.min(MAX_W, 2 * PAD + Math.max(columns(head) * COLUMN, columns(sub) * SUB_COLUMN)));
 }
 
 // The state (graph_view._state): `modules` is [path, index of the module it ran in or -1, class, summary]
 // per module chain; a node is [label, kind, index of its innermost module or -1, saved, targets, op, mark,
-// links, notes], each saved tensor [attr without "_saved_", shape, dtype, bytes, storage id, version].
+// links, notes, tip, the label of each target's edge], each saved tensor [attr without "_saved_", shape, dtype,
+// bytes, storage id, version]. A twin view's forward state has `lit`: [backward node, forward nodes] pairs.
 export function unpackState(state) {
   const modules = state.modules, info = new Map();
   for (const [path, , kind, summary] of modules) if (!info.has(path)) info.set(path, { kind, summary });
-  const nodes = state.nodes.map(([label, kind, module, saved, targets, op, mark, links, notes]) => {
+  const nodes = state.nodes.map(([label, kind, module, saved, targets, op, mark, links, notes, tip, labels]) => {
     const group = [];
     for (let k = module; k >= 0; k = modules[k][1]) group.unshift(modules[k][0]);
     return { label, kind, group, path: group.length ? group[group.length - 1] : "", saved, targets, op, mark,
-      links: links || [], notes: notes || [], storages: saved.map((s) => s[4]).filter((s) => s >= 0),
-      savedBytes: saved.reduce((t, s) => t + s[3], 0) };
+      links: links || [], notes: notes || [], tip: tip || "", labels: labels || [],
+      storages: saved.map((s) => s[4]).filter((s) => s >= 0), savedBytes: saved.reduce((t, s) => t + s[3], 0) };
   });
   nodes.forEach((n, i) => { n.rows = rowsOf(nodes, i, state.targets_label || "gradients to"); });
   return { nodes, info, order: state.order, title: state.title || "", expanded: state.expanded || [],
-    matched: state.matched || [] };
+    matched: state.matched || [], lit: new Map(state.lit || []) };
 }
 
 function rowsOf(nodes, i, targetsLabel) {   // the same rows, in the same words, as graph_view.details()
@@ -72,16 +73,30 @@ export function viewOf(graph, expanded) {
   });
   const boxes = [...members].map(([key, nodes]) => makeBox(graph, key, nodes)), boxOf = new Map();
   boxes.forEach((b, k) => b.members.forEach((m) => boxOf.set(m, k)));
-  const seen = new Set(), pairs = [];
-  graph.nodes.forEach((n, s) => n.targets.forEach((d) => {
-    const a = boxOf.get(s), b = boxOf.get(d), id = a * boxes.length + b;
-    if (a !== b && !seen.has(id)) { seen.add(id); pairs.push([a, b]); }
-  }));
+  const carried = carriedLabels(graph, boxOf, boxes.length), pairs = [...carried.keys()].map((id) => [
+    Math.floor(id / boxes.length), id % boxes.length]);
   pairs.sort((p, q) => p[0] - q[0] || p[1] - q[1]);
   const drawing = layout(boxes.length, pairs, boxes.map((b) => b.w));
   boxes.forEach((b, k) => { [b.x, b.y, b.w, b.h] = drawing.boxes[k]; });
-  return { boxes, boxOf, edges: pairs.map(([from, to], k) => ({ from, to, points: drawing.routes[k] })),
-    width: drawing.width, height: drawing.height };
+  return { boxes, boxOf, edges: pairs.map(([from, to], k) => ({ from, to, points: drawing.routes[k],
+    label: edgeLabel(carried.get(from * boxes.length + to)) })), width: drawing.width, height: drawing.height };
+}
+
+// graph_boxes._carried and _edge_label: the labels of the edges each pair of boxes stands for, and the one
+// drawn (one label when all agree, else how many tensors).
+function carriedLabels(graph, boxOf, count) {
+  const carried = new Map();
+  graph.nodes.forEach((n, s) => n.targets.forEach((d, k) => {
+    const a = boxOf.get(s), b = boxOf.get(d), id = a * count + b;
+    if (a === b) return;
+    if (!carried.has(id)) carried.set(id, []);
+    carried.get(id).push(n.labels[k] || "");
+  }));
+  return carried;
+}
+
+function edgeLabel(labels) {
+  return new Set(labels).size === 1 ? labels[0] : `${labels.length} tensors`;
 }
 
 function makeBox(graph, key, nodes) {
@@ -90,7 +105,7 @@ function makeBox(graph, key, nodes) {
   const base = { key, members: nodes, mark, bytes: nodes.reduce((t, i) => t + graph.nodes[i].savedBytes, 0) };
   if (key.startsWith("n:")) {
     const w = boxWidth(first.label, "");
-    return { ...base, kind: first.kind, w, lines: [fitted(first.label, w - 2 * PAD, COLUMN)], title: first.label };
+    return { ...base, kind: first.kind, w, lines: [fitted(first.label, w - 2 * PAD, COLUMN)], title: first.tip || first.label };
   }
   const path = key.slice(2), root = first.group[0], { kind, summary } = graph.info.get(path);
   const name = path !== root && path.startsWith(root + ".") ? path.slice(root.length + 1) : path;

@@ -26,7 +26,7 @@ import base64
 import functools
 import json
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from nbhelpers import arguments, graph_boxes, graph_layout
@@ -35,7 +35,7 @@ from nbhelpers.graph_boxes import View, render_svg
 from nbhelpers.module_scope import OUTSIDE
 
 __all__ = ["SavedRow", "ViewNode", "GraphData", "from_autograd", "view", "details", "render_svg", "show",
-           "show_diff"]                        # view() returns a graph_boxes.View (of Boxes and Routes)
+           "show_diff", "show_twin"]                        # view() returns a graph_boxes.View (of Boxes and Routes)
 
 _HERE = Path(__file__).parent
 _ESM_FILES = tuple(_HERE / f for f in ("graph_layout.js", "graph_view.js", "graph_view_dom.js"))  # one module
@@ -64,6 +64,7 @@ class ViewNode:
     mark: str = ""                             # in a diff: "added", "removed" or "changed"
     links: tuple[int, ...] = ()                # the nodes a click on it lights up (what it became, or came from)
     notes: tuple[tuple[str, str], ...] = ()    # more (field, text) rows for its details panel
+    tip: str = ""                              # what hovering shows; "" shows the label
 
     @property
     def saved_bytes(self) -> int:
@@ -82,6 +83,7 @@ class GraphData:
     title: str = ""
     targets_label: str = "gradients to"        # what an edge means, in the details panel
     module_types: tuple[tuple[str, str], ...] = ()   # (module path, class name): "layer1 · Sequential"
+    edge_labels: tuple[str, ...] = ()          # one per edge, drawn on it (a forward graph's tensor shapes), or none
 
 
 def from_autograd(graph: Graph) -> GraphData:
@@ -153,9 +155,24 @@ def _state(data: GraphData, expanded: frozenset[str]) -> dict:
     out what is opened). `modules` lists each chain of modules that ran once, as [path, index of the entry
     it ran in or -1, class name, "N nodes · B saved"] (a module shared by two parents is listed under
     each); a node is [label, kind, index of its innermost module's entry or -1, saved, targets, op, mark,
-    links, notes] (a saved tensor's attr without its "_saved_" prefix); its targets are its edges."""
+    links, notes, tip, the label of each target's edge] (a saved tensor's attr without its "_saved_" prefix);
+    its targets are its edges."""
+    chains, entries = _module_entries(data)
+    labels = _target_labels(data)
+    return {"modules": entries,
+            "nodes": [[n.label, n.kind, chains[n.group] if n.group else -1,
+                       [[s.attr.removeprefix("_saved_"), list(s.shape), s.dtype, s.nbytes, s.storage, s.version]
+                        for s in n.saved],
+                       targets, n.op, n.mark, list(n.links), [list(r) for r in n.notes], n.tip, edge_labels]
+                      for n, targets, edge_labels in zip(data.nodes, _targets(data), labels)],
+            "order": list(data.order), "title": data.title, "targets_label": data.targets_label,
+            "expanded": sorted(expanded)}
+
+
+def _module_entries(data: GraphData) -> tuple[dict[tuple[str, ...], int], list]:
+    """Every chain prefix of the nodes' modules once (a shared module has two), and the state's entries."""
     info = graph_boxes.module_info(data)
-    chains: dict[tuple[str, ...], int] = {}            # every chain prefix once: a shared module has two
+    chains: dict[tuple[str, ...], int] = {}
     entries = []
     for n in data.nodes:
         for k in range(len(n.group)):
@@ -163,14 +180,15 @@ def _state(data: GraphData, expanded: frozenset[str]) -> dict:
                 chains[n.group[:k + 1]] = len(entries)
                 path = n.group[k]
                 entries.append([path, chains[n.group[:k]] if k else -1, info[path].kind, info[path].summary])
-    return {"modules": entries,
-            "nodes": [[n.label, n.kind, chains[n.group] if n.group else -1,
-                       [[s.attr.removeprefix("_saved_"), list(s.shape), s.dtype, s.nbytes, s.storage, s.version]
-                        for s in n.saved],
-                       targets, n.op, n.mark, list(n.links), [list(r) for r in n.notes]]
-                      for n, targets in zip(data.nodes, _targets(data))],
-            "order": list(data.order), "title": data.title, "targets_label": data.targets_label,
-            "expanded": sorted(expanded)}
+    return chains, entries
+
+
+def _target_labels(data: GraphData) -> list[list[str]]:
+    """Per node, the label of each of its edges, in the order of its targets ([] when edges have none)."""
+    labels: list[list[str]] = [[] for _ in data.nodes]
+    for (s, _), label in zip(data.edges, data.edge_labels):
+        labels[s].append(label)
+    return labels
 
 
 def _text(state: dict) -> str:
@@ -227,6 +245,34 @@ def show_diff(d, titles: tuple[str, str] | None = None):
     return widget
 
 
+def show_twin(fg, expanded=None):
+    """The forward graph (`forward_graph.trace`) beside the backward graph it built, linked node for node: a
+    click on a forward op selects the backward node it made, and lights the forward ops whose tensors that node
+    saved; a click on a backward node selects the op that made it. Edges of the forward graph carry the
+    tensors' shapes; hovering shows an op's shapes. A forward that raised is drawn alone, up to the failing op
+    (in red), its error in the title. `expanded` (module paths) opens the same modules on both sides."""
+    from nbhelpers import forward_graph, forward_view
+
+    arguments.require("graph_view.show_twin", "fg", fg, forward_graph.ForwardGraph,
+                      "a forward_graph.ForwardGraph, such as forward_graph.trace(model, x)")
+    forward, backward, pairs, saved_by = forward_view.twin(fg)
+    datas = (forward,) if backward is None else (forward, replace(backward, title="backward: what autograd runs"))
+    half = graph_boxes.STAGE_W / len(datas)
+    sides = []
+    for data in datas:
+        info = graph_boxes.module_info(data)
+        opened = graph_boxes.first_expansion(data, info, stage_w=half) if expanded is None else frozenset(expanded)
+        sides.append((data, graph_boxes.view(data, opened, info)))
+    states = [_state(data, shown.expanded) for data, shown in sides]
+    states[0]["lit"] = [[node, list(lit)] for node, lit in saved_by]
+    if len(states) > 1:
+        states[1]["matched"] = [list(pair) for pair in pairs]
+    widget = _widget_class()(graph=_text(states[0]), other=_text(states[1]) if len(states) > 1 else "",
+                             expanded=sorted(sides[0][1].expanded))
+    widget._sides = tuple(sides)
+    return widget
+
+
 def _titles(d, titles) -> tuple[str, str]:
     if titles is not None:
         if not (isinstance(titles, (tuple, list)) and len(titles) == 2
@@ -239,16 +285,21 @@ def _titles(d, titles) -> tuple[str, str]:
 
 
 def _picture(sides, expanded: list[str], selected: int) -> str:
-    """The SVG every mime bundle carries: the view the widget shows now, both sides for a diff."""
+    """The SVG every mime bundle carries: the view the widget shows now, both panes for a diff or a twin."""
     shown = [graph_boxes.view(data, frozenset(expanded)) if k == 0 else first
              for k, (data, first) in enumerate(sides)]
     if len(shown) == 1:
         return render_svg(shown[0], None if selected < 0 else selected)
-    left, right = shown
-    width = max(left.width, 400)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width + max(right.width, 400) + 20:.0f}" '
-            f'height="{max(left.height, right.height) + 24:.0f}">{render_svg(left)}'
-            f'<g transform="translate({width + 20:.0f},0)">{render_svg(right)}</g></svg>')
+    left, right = (render_svg(v) for v in shown)
+    (lw, lh), (rw, rh) = (_svg_size(svg) for svg in (left, right))
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{lw + rw + 20:.0f}" height="{max(lh, rh):.0f}">'
+            f'{left}<g transform="translate({lw + 20:.0f},0)">{right}</g></svg>')
+
+
+def _svg_size(svg: str) -> tuple[float, float]:
+    """render_svg's width and height (its legend included), read from its opening tag."""
+    head = svg[:svg.index(">")]
+    return float(head.split('width="')[1].split('"')[0]), float(head.split('height="')[1].split('"')[0])
 
 
 def esm_source() -> str:
@@ -313,6 +364,9 @@ def check(data: GraphData, function: str = "graph_view.view", name: str = "data"
         if not all(0 <= k < n for k in node.links):
             raise ValueError(f"{where}: node {i} links to {node.links}, but nodes are 0..{n - 1}; link to given "
                              "nodes")
+    if data.edge_labels and len(data.edge_labels) != len(data.edges):
+        raise ValueError(f"{where} has {len(data.edge_labels)} edge labels for {len(data.edges)} edges; give one "
+                         "label per edge, or none")
     if graph_layout.cycle_edges(n, list(data.edges)):
         raise ValueError(f"{where} has a cycle; a backward graph never does, so pass a DAG "
                          "(for example from autograd_graph.trace)")

@@ -5,22 +5,25 @@
 const KINDS = { op: "op", saves: "op that saves tensors for backward", leaf: "leaf: fills a parameter's .grad",
   group: "module, collapsed: click to expand", input: "input", line: "source line", break: "graph break",
   kernel: "generated kernel", call: "a call of the compiled function", entry: "a compiled entry (guards and graphs)",
-  guard: "a guard that failed: why it recompiled" };
+  guard: "a guard that failed: why it recompiled", error: "the op that raised: the forward stopped here" };
 const FILLS = { line: "linebox", call: "input", entry: "op", guard: "break" };   // kinds that share a colour
 const MARKS = { added: "only in the right graph", removed: "only in the left graph", changed: "saved bytes differ" };
 const STATES = { selected: "selected", linked: "linked to the selection", match: "matches the search",
-  share: "shares saved memory with the hovered box", run: "runs now (the stepper)" };
+  share: "shares saved memory with the hovered box", run: "runs now (the stepper)",
+  saved: "made a tensor the selected backward node saved" };
 const CSS = `
 .gv { --gv-bg: var(--jp-layout-color0, #fff); --gv-fg: var(--jp-ui-font-color0, #111); --gv-line: #777;
   --gv-border: var(--jp-border-color1, #bbb); --gv-op: #dbe8f7; --gv-leaf: #d9f2d9; --gv-saves: #fde7c8;
   --gv-group: #ece6f5; --gv-input: #d9f2d9; --gv-linebox: #f1f1f1; --gv-break: #f7c6c6; --gv-kernel: #fde7c8;
   --gv-stroke: #555; --gv-added: #1a7f1a; --gv-removed: #c22; --gv-changed: #b06000; --gv-match: #0560c0;
   --gv-sel: #c00; --gv-share: #ffe27a; --gv-run: #ffb347; --gv-linked: #9fe39f; --gv-box-fg: #111;
+  --gv-error: #e05252; --gv-saved: #8fd0ff;
   font: 13px sans-serif; color: var(--gv-fg); background: var(--gv-bg); }
 .gv.gv-dark { --gv-bg: #1e1e1e; --gv-fg: #eee; --gv-line: #999; --gv-border: #555; --gv-op: #233a57; --gv-leaf: #1f4a2a; --gv-saves: #5a3d12;
   --gv-group: #3b3055; --gv-input: #1f4a2a; --gv-linebox: #333; --gv-break: #6a2424; --gv-kernel: #5a3d12;
   --gv-stroke: #aaa; --gv-added: #5fd35f; --gv-removed: #ff7b7b; --gv-changed: #ffb454; --gv-match: #6cb6ff;
-  --gv-sel: #ff5c5c; --gv-share: #7a6a10; --gv-run: #8a5200; --gv-linked: #2f6f2f; --gv-box-fg: #f2f2f2; }
+  --gv-sel: #ff5c5c; --gv-share: #7a6a10; --gv-run: #8a5200; --gv-linked: #2f6f2f; --gv-box-fg: #f2f2f2;
+  --gv-error: #8c2a2a; --gv-saved: #1d5a80; }
 .gv button, .gv input { font: inherit; color: inherit; background: var(--gv-bg); border: 1px solid var(--gv-border);
   border-radius: 3px; padding: 1px 6px; }
 .gv button:disabled { opacity: 0.6; }
@@ -46,7 +49,9 @@ ${Object.keys(KINDS).map((k) => `.gv-k-${k} rect, .gv-sw.gv-k-${k} { fill: var(-
 .gv-box.gv-share rect, .gv-sw.gv-share { fill: var(--gv-share); background: var(--gv-share); }
 .gv-box.gv-run rect, .gv-sw.gv-run { fill: var(--gv-run); background: var(--gv-run); }
 .gv-box.gv-linked rect, .gv-sw.gv-linked { fill: var(--gv-linked); background: var(--gv-linked); stroke-width: 3; }
+.gv-box.gv-saved rect, .gv-sw.gv-saved { fill: var(--gv-saved); background: var(--gv-saved); stroke-width: 3; }
 .gv-edge { fill: none; stroke: var(--gv-line); }
+.gv-stage text.gv-elabel { fill: var(--gv-fg); paint-order: stroke; stroke: var(--gv-bg); stroke-width: 3px; }
 .gv-edge.gv-hot { stroke: var(--gv-sel); stroke-width: 2.5; }
 .gv-legend { display: flex; flex-wrap: wrap; gap: 4px 14px; margin: 4px 0; font-size: 12px; }
 .gv-legend span { display: inline-flex; align-items: center; gap: 4px; }
@@ -247,6 +252,10 @@ class Pane {
       if (!meets(...e.box)) return;
       svg("polyline", { points: e.points.map((q) => q.join(",")).join(" "), class: "gv-edge",
         "marker-end": `url(#${arrow})`, "data-edge": i }, picture);
+      if (e.label && this.texts) {        // graph_boxes.edge_label_at: below where it leaves its box
+        svg("text", { x: e.points[0][0] + 4, y: e.points[0][1] + 13, "font-size": EDGE_FONT, class: "gv-elabel" },
+          picture).textContent = e.label;
+      }
     });
     for (const i of boxes) {
       const g = drawBox(v.boxes[i], i, picture, this.texts);
@@ -264,7 +273,7 @@ class Pane {
   }
 
   mark() {
-    for (const cls of ["gv-selected", "gv-run", "gv-match", "gv-linked"]) {
+    for (const cls of ["gv-selected", "gv-run", "gv-match", "gv-linked", "gv-saved"]) {
       this.picture.querySelectorAll(`.${cls}`).forEach((g) => g.classList.remove(cls));
     }
     const boxOf = this.view.boxOf, graph = this.graph;
@@ -274,6 +283,7 @@ class Pane {
         if (boxOf.get(k) !== boxOf.get(this.selected)) this.boxElement(boxOf.get(k)).classList.add("gv-linked");
       }
     }
+    for (const k of this.lit || []) if (boxOf.has(k)) this.boxElement(boxOf.get(k)).classList.add("gv-saved");
     const running = graph.order[this.step];
     if (this.step >= 0 && boxOf.has(running)) this.boxElement(boxOf.get(running)).classList.add("gv-run");
     this.hits = [];
@@ -361,6 +371,7 @@ function legend(parent, panes) {
   for (const p of panes) for (const b of p.view.boxes) { kinds.add(b.kind); if (b.mark) marks.add(b.mark); }
   const states = ["selected", "match", "share"];
   if (panes.some((p) => p.graph.nodes.some((n) => n.links.length))) states.push("linked");
+  if (panes[0].graph.lit.size) states.push("saved");
   if (panes[0].graph.order.length) states.push("run");
   const items = [...[...kinds].map((k) => [`gv-k-${k}`, KINDS[k]]), ...[...marks].map((m) => [`gv-${m}`, MARKS[m]]),
     ...states.map((s) => [`gv-${s}`, STATES[s]])];
@@ -464,6 +475,8 @@ class Controller {
       const pair = other && pane.graph.matched.concat(other.graph.matched).find((m) => m[pane.side] === node);
       if (other && pair) other.selected = pair[other.side];
     }
+    const lit = panes[0].graph.lit, chosen = panes.length > 1 ? panes[1].selected : -1;   // a twin view's
+    panes[0].lit = lit.get(chosen) || [];
     for (const p of panes) { p.cursor = p.view.boxOf.has(p.selected) ? p.view.boxOf.get(p.selected) : -1; p.mark(); }
     if (node >= 0) this.showNode(pane, node);
     else { this.panel.replaceChildren(); this.info.textContent = "selection cleared"; }

@@ -206,6 +206,11 @@ def module_types(root: torch.nn.Module) -> dict[str, str]:
     return {path: type(by_id[i]).__name__ for i, path in _paths(root).items()}
 
 
+def module_paths(root: torch.nn.Module) -> dict[int, str]:
+    """id(module) -> the path `record()` names it by (for forward_graph's module settings)."""
+    return _paths(root)
+
+
 def _paths(root: torch.nn.Module) -> dict[int, str]:
     """id(module) -> its path from `root`, named after the root's class; a compiled module
     (`torch.compile(m)`, an OptimizedModule, which holds `m` as its submodule `_orig_mod`) is named as the

@@ -176,6 +176,48 @@ def check_diff(view, titles: tuple[str, str], legend: str) -> None:
     assert view.locator(".gv-details .gv-heading").inner_text().startswith(titles[1] + ": ")
 
 
+_PANE_BOX = """(pane, [label, nth]) => [...pane.querySelectorAll("g.gv-box")]
+    .filter((g) => g.querySelector("text") && g.querySelector("text").textContent === label)[nth].dataset.box"""
+
+
+def click_label(pane, label: str, nth: int = 0) -> None:
+    """Click the `nth` box of `pane` whose drawn label is `label` (a click event, wherever it has panned)."""
+    pane.locator(f'g.gv-box[data-box="{pane.evaluate(_PANE_BOX, [label, nth])}"]').dispatch_event("click")
+
+
+def selected_label(pane) -> str:
+    return pane.locator("g.gv-box.gv-selected text").first.text_content()
+
+
+# 02's views, in the order the notebook shows them
+VIEWS_02 = {"twin": 0, "mlp": 1, "cnn": 2, "residual": 3, "resnet": 4, "resnet twin": 5, "diff": 6}
+# 02's first twin (Flatten, Linear(784, 128), ReLU, Linear(128, 10) on 32 images): three forward ops clicked,
+# each with the node it made, what that node saved, and the forward boxes that made what it saved; the reverse
+TWIN_02 = ([(("addmm", 0), "AddmmBackward0", ["_saved_mat1 [32, 784] float32 100,352 B"], ["view"]),
+            (("relu", 0), "ReluBackward0", ["_saved_result [32, 128] float32 16,384 B"], ["relu"]),
+            (("addmm", 1), "AddmmBackward0", ["_saved_mat1 [32, 128] float32 16,384 B",
+                                              "_saved_mat2 [128, 10] float32 5,120 B"], ["relu", "t"])],
+           (("ReluBackward0", 0), "relu"))
+
+
+def check_twin(view, clicks, reverse) -> None:
+    """A twin view: a click on a forward op (label, nth) selects the backward node it made, the panel names that
+    node and lists what it saved, and the forward boxes whose tensors it saved light up; a click on a backward
+    node (label, nth) selects the op that made it."""
+    left, right = view.locator(".gv-pane").nth(0), view.locator(".gv-pane").nth(1)
+    assert view.locator(".gv-title").nth(0).inner_text().startswith("forward: ")
+    for (label, nth), node, saved, lit in clicks:
+        click_label(left, label, nth)
+        assert selected_label(right) == node, (label, nth)
+        details = view.locator(".gv-details").inner_text()
+        assert f"{node} (selected on the right)" in details and all(s in details for s in saved), details
+        assert sorted(left.locator("g.gv-box.gv-saved text").all_text_contents()) == lit, (label, nth)
+    (node, nth), label = reverse
+    click_label(right, node, nth)
+    assert selected_label(left) == label
+    assert "made a tensor the selected backward node saved" in view.locator(".gv-legend").inner_text()
+
+
 def check_compile_view_clicks(view, graph: dict, line: str, code: str) -> None:
     """In a compile_lens view: a click on source line `line` lights up exactly the nodes Python linked
     to it (its FX nodes among them), and a click on its break shows the break's GB code."""

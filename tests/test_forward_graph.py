@@ -193,3 +193,52 @@ def test_views_and_writes_come_from_the_schema_with_lists_of_tensors_counted():
     assert rows == [("aten.split.Tensor", 1, (0, 0), ()), ("aten.cat.default", 3, (None,), ()),
                     ("aten.add_.Tensor", 1, (None,), (0,)), ("aten.t.default", 1, (0,), ()),
                     ("aten.mul.Tensor", 1, (None,), ())]
+
+
+def test_autograd_runs_a_detach_while_recording_an_op_and_none_under_no_grad():
+    x = torch.rand(3, requires_grad=True)
+    with _Outputs() as recording:
+        torch.relu(x)
+    with torch.no_grad(), _Outputs() as not_recording:
+        torch.relu(x)
+    assert [op for op, _ in recording.ops] == ["aten.relu.default", "aten.detach.default"]
+    assert [op for op, _ in not_recording.ops] == ["aten.relu.default"]
+
+
+def _twin_states(fg):
+    from nbhelpers import graph_view
+
+    widget = graph_view.show_twin(fg)
+    return widget, [graph_view._untext(t) for t in (widget.graph, widget.other) if t]
+
+
+def test_the_twin_view_pairs_each_op_with_its_node_and_lights_what_the_node_saved():
+    torch.manual_seed(0)
+    fg = forward_graph.trace(_mlp(), torch.rand(4, 6))
+    widget, (forward, backward) = _twin_states(fg)
+    labels = [n[0] for n in forward["nodes"]]
+    assert labels == ["input 0", "t", "addmm", "relu", "t", "addmm"]          # autograd's detach not drawn
+    assert "1 detach op autograd ran while recording, not drawn" in forward["title"]
+    names = [n[0] for n in backward["nodes"]]
+    assert {(labels[f], names[b]) for f, b in backward["matched"]} == {
+        ("t", "TBackward0"), ("addmm", "AddmmBackward0"), ("relu", "ReluBackward0")}
+    lit = {names[b]: sorted(labels[f] for f in nodes) for b, nodes in forward["lit"]}
+    root = backward["nodes"][0]
+    assert root[0] == "AddmmBackward0" and lit["AddmmBackward0"] == ["relu", "t"]   # it saved mat1 and mat2
+    assert forward["nodes"][1][10] == ["[6, 12]"]                                  # shapes on the edges
+    assert "addmm: [12] float32, [4, 6] float32, [6, 12] float32 -> [4, 12] float32" in [n[9] for n in forward["nodes"]]
+    assert widget._repr_mimebundle_()["image/svg+xml"].count("<svg") == 3          # both panes in the picture
+
+
+def test_a_raised_forward_is_drawn_alone_with_its_failing_op_in_red():
+    fg = forward_graph.trace(nn.Sequential(nn.Linear(6, 12), nn.Linear(10, 3)), torch.rand(4, 6))
+    widget, states = _twin_states(fg)
+    assert len(states) == 1 and "stopped: RuntimeError: mat1 and mat2 shapes cannot be multiplied" in states[0]["title"]
+    assert states[0]["nodes"][-1][1] == "error" and 'fill="#e05252"' in widget._repr_mimebundle_()["image/svg+xml"]
+
+
+def test_show_twin_refuses_what_is_not_a_forward_graph():
+    from nbhelpers import graph_view
+
+    with pytest.raises(TypeError, match="`fg` must be a forward_graph.ForwardGraph"):
+        graph_view.show_twin(_mlp())

@@ -177,12 +177,13 @@ def _graph_views(page):
 @pytest.mark.browser
 def test_the_committed_graph_notebook_shows_every_graph_without_running(page, lab):
     open_notebook(page, lab, "02_autograd_graph.ipynb")
-    views = _graph_views(page)
-    views.nth(4).locator(".gv-box").first.wait_for(timeout=60_000)     # five views, from the stored state
-    assert views.count() == 5 and all(views.nth(k).locator(".gv-box").count() > 0 for k in range(5))
-    assert views.nth(4).locator(".gv-pane").count() == 2               # the diff, side by side
-    views.nth(0).locator(".gv-box", has_text="AddmmBackward0").nth(1).click()   # and it responds, unrun
-    assert "NeuralNetwork.core.fc1" in views.nth(0).locator(".gv-details").inner_text()
+    views, at = _graph_views(page), browser.VIEWS_02
+    views.nth(at["diff"]).locator(".gv-box").first.wait_for(timeout=60_000)     # every view, from the stored state
+    assert views.count() == len(at) and all(views.nth(k).locator(".gv-box").count() > 0 for k in range(len(at)))
+    assert views.nth(at["diff"]).locator(".gv-pane").count() == 2               # the diff, side by side
+    views.nth(at["mlp"]).locator(".gv-box", has_text="AddmmBackward0").nth(1).click()   # and it responds, unrun
+    assert "NeuralNetwork.core.fc1" in views.nth(at["mlp"]).locator(".gv-details").inner_text()
+    browser.check_twin(views.nth(at["twin"]), *browser.TWIN_02)                 # the twin: both ways, unrun
 
 
 @pytest.mark.browser
@@ -207,7 +208,8 @@ def test_a_kernel_links_to_the_nodes_it_computes_in_jupyterlab(page, lab):
 def test_graph_view_interactions_in_jupyterlab(page, lab):
     open_and_run_all(page, lab, "02_autograd_graph.ipynb")
     page.locator(".jp-OutputArea-output", has_text="characters of SVG").first.wait_for(timeout=240_000)
-    mlp = _graph_views(page).nth(0)
+    at = browser.VIEWS_02
+    mlp = _graph_views(page).nth(at["mlp"])
     timings = {}
     # click: the panel shows graph_view.details() for fc1's AddmmBackward0, word for word
     box = mlp.locator(".gv-box", has_text="AddmmBackward0").nth(1)
@@ -215,12 +217,12 @@ def test_graph_view_interactions_in_jupyterlab(page, lab):
     details = mlp.locator(".gv-details").inner_text()
     assert "NeuralNetwork.core.fc1" in details and "_saved_mat1 [32, 784] float32 100,352 B storage #7 version 0" in details
     # hover: the residual block's inner ReLU lights up conv2, which saved the same storage
-    residual = _graph_views(page).nth(2)
+    residual = _graph_views(page).nth(at["residual"])
     residual.locator(".gv-box", has_text="ConvolutionBackward0").first.hover()
     assert "boxes share its saved memory" in residual.locator(".gv-info").inner_text()
     assert residual.locator(".gv-box.gv-share").count() >= 1
     # search
-    resnet = _graph_views(page).nth(3)
+    resnet = _graph_views(page).nth(at["resnet"])
     resnet.locator(".gv-search").fill("downsample")
     assert resnet.locator(".gv-info").inner_text().endswith('boxes match "downsample"')
     assert resnet.locator(".gv-box.gv-match").count() >= 1
@@ -230,7 +232,7 @@ def test_graph_view_interactions_in_jupyterlab(page, lab):
     browser.check_one_module_opens(resnet)
     timings["open, select, collapse"] = time.perf_counter() - start
     browser.check_keyboard(mlp)
-    browser.check_diff(_graph_views(page).nth(4), ("plain", "with checkpointing"), "saved bytes differ")
+    browser.check_diff(_graph_views(page).nth(at["diff"]), ("plain", "with checkpointing"), "saved bytes differ")
     browser.check_labels_fit(page)
     # the stepper: step 1 runs the root
     mlp.locator(".gv-forward").click()
@@ -309,9 +311,9 @@ DARK_FILL = """(view) => {
 @pytest.mark.browser
 def test_views_follow_jupyterlabs_theme_and_axe_finds_nothing_serious_in_either(page, lab):
     open_notebook(page, lab, "02_autograd_graph.ipynb")
-    view = _graph_views(page).nth(0)
+    view = _graph_views(page).nth(browser.VIEWS_02["mlp"])
     view.locator(".gv-box").first.wait_for(timeout=60_000)
-    _graph_views(page).nth(4).locator(".gv-box").first.wait_for(timeout=60_000)
+    _graph_views(page).nth(browser.VIEWS_02["diff"]).locator(".gv-box").first.wait_for(timeout=60_000)
     page.add_script_tag(path=str(REPO / "node_modules" / "axe-core" / "axe.min.js"))
     light, found = view.evaluate(DARK_FILL), {"light": page.evaluate(browser.AXE_SERIOUS)}
     try:

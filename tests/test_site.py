@@ -29,7 +29,7 @@ def _without_widget_state(path: Path, tmp_path: Path) -> Path:
 def test_a_notebook_saved_without_widget_state_is_refused_with_the_fix(tmp_path, capsys):
     stripped = _without_widget_state(REPO / "notebooks" / "02_autograd_graph.ipynb", tmp_path)
     views = notebook_tools.widgets_without_state(nbformat.read(stripped, as_version=4))
-    assert len({model for _, model in views}) == 5                # the five graph views
+    assert len({model for _, model in views}) == len(browser.VIEWS_02)     # every graph view
     with pytest.raises(notebook_tools.MissingWidgetState) as refused:
         notebook_tools.build_site([REPO / "notebooks" / "00_environment.ipynb", stripped], tmp_path / "out")
     cells = ", ".join(str(i) for i in sorted({i for i, _ in views}))
@@ -145,14 +145,16 @@ def test_widget_renders_offline(page, served):
 def test_graph_views_respond_offline_in_the_static_site(page, served):
     page.goto(f"{served}/02_autograd_graph.html")
     views = page.locator(".gv")
-    views.nth(4).locator(".gv-box").first.wait_for(timeout=60_000)
-    mlp, resnet = views.nth(0), views.nth(3)
+    at = browser.VIEWS_02
+    views.nth(at["diff"]).locator(".gv-box").first.wait_for(timeout=60_000)
+    mlp, resnet = views.nth(at["mlp"]), views.nth(at["resnet"])
     mlp.locator(".gv-box", has_text="AddmmBackward0").nth(1).click()          # click: details
     details = mlp.locator(".gv-details").inner_text()
     assert "NeuralNetwork.core.fc1" in details and "_saved_mat1 [32, 784] float32 100,352 B" in details
     browser.check_one_module_opens(resnet)
     browser.check_keyboard(mlp)
-    browser.check_diff(views.nth(4), ("plain", "with checkpointing"), "saved bytes differ")
+    browser.check_diff(views.nth(at["diff"]), ("plain", "with checkpointing"), "saved bytes differ")
+    browser.check_twin(views.nth(at["twin"]), *browser.TWIN_02)
 
 
 PAGES_WITH_VIEWS = ["02_autograd_graph", "05_compile_backends", "10_save_and_export", "11_custom_ops"]
@@ -213,7 +215,8 @@ CONTRAST = """(dark) => {
     const lum = (c) => c.map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
       .reduce((t, v, i) => t + v * [0.2126, 0.7152, 0.0722][i], 0);
     const text = lum(rgb("--gv-box-fg")), out = {};
-    for (const fill of ["op", "leaf", "saves", "group", "input", "linebox", "break", "kernel", "share", "run", "linked"]) {
+    for (const fill of ["op", "leaf", "saves", "group", "input", "linebox", "break", "kernel", "share", "run", "linked",
+                       "error", "saved"]) {
       const l = lum(rgb(`--gv-${fill}`));
       out[fill] = (Math.max(l, text) + 0.05) / (Math.min(l, text) + 0.05);
     }
