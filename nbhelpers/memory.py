@@ -145,13 +145,20 @@ def dense_parts(t: torch.Tensor) -> list[torch.Tensor]:
 def _dense(value, found: list | None = None) -> list[torch.Tensor]:
     """The dense tensors in an op's arguments or result: ATen schemas hold tensors, lists and tuples of
     (optional) tensors and a kwargs dict, nothing deeper, so a plain walk does what tree_flatten would,
-    several times faster (this runs twice per op inside `track`)."""
+    several times faster (this runs twice per op inside `track`); a strided tensor, the common case, is
+    taken without asking dense_parts."""
     found = [] if found is None else found
     if isinstance(value, torch.Tensor):
-        found += dense_parts(value)
+        if value.layout == torch.strided:
+            found.append(value)
+        else:
+            found += dense_parts(value)
     elif isinstance(value, (list, tuple)):
         for v in value:
-            _dense(v, found)
+            if isinstance(v, torch.Tensor) and v.layout == torch.strided:
+                found.append(v)
+            elif isinstance(v, (torch.Tensor, list, tuple, dict)):
+                _dense(v, found)
     elif isinstance(value, dict):
         for v in value.values():
             _dense(v, found)
