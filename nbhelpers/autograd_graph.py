@@ -138,7 +138,7 @@ def packed_saves(fn, prefix: str = "") -> list[tuple[str, object]]:
         attr = raw_attr.replace("_raw", "", 1)               # the name the docs use: _saved_self, ...
         value = getattr(fn, raw_attr)
         packed = [r.data for r in value] if isinstance(value, (tuple, list)) else [value.data]
-        if all(v is None for v in packed):
+        if packed and all(v is None for v in packed):   # () : nothing saved, so nothing freed
             _raise_if_freed(fn, attr)                        # else it was not needed (an undefined save)
         attr = prefix + attr
         for k, v in enumerate(packed):

@@ -8,18 +8,20 @@ backward nodes. Each op is named with the module that ran it by `module_scope.re
 backward view uses.
 
 The link: autograd gives an op's output its `grad_fn` after the op returns below it (VariableType's
-set_history, torch/csrc/autograd/generated/VariableType*.cpp), so the node an op made is read from its outputs
-when the next op starts, or when the forward ends. An in-place op on a view makes two nodes autograd keeps:
-the base's `CopySlices`, which wraps the op's own node (that is `backward`), and the view's replayed view node
-(in `also`). Nodes made before the trace (an input computed with grad beforehand) are not claimed.
+set_history, or rebase_history for an in-place op; torch/csrc/autograd/generated/VariableType*.cpp), so the node
+an op made is read from its outputs when the next op starts, or when the forward ends. An in-place op on a view
+makes two nodes autograd keeps: the base's `CopySlices`, which wraps the op's own node (that is `backward`), and
+the view's replayed view node (in `also`). A custom `autograd.Function`'s node is not an ATen op's: it is
+credited to the op that made the tensor the Function returned, when that tensor is first read or returned.
+Nodes made before the trace (an input computed with grad beforehand) are not claimed.
 
 A forward that raises does not raise here: the graph recorded up to the failure comes back with `error` set to
 the exception (the view draws it in red with its first line) and, if an ATen op raised, that op with `failed`.
 
 Example:
-    fg = forward_graph.trace(model, x)
-    op = fg.ops[3]
-    op.op, op.module, op.outputs[0].shape      # 'aten.addmm.default', 'MLP.fc1', (64, 128)
+    fg = forward_graph.trace(nn.Sequential(nn.Linear(4, 8), nn.ReLU()), torch.rand(2, 4))
+    op = fg.ops[1]
+    op.op, op.module, op.outputs[0].shape      # 'aten.addmm.default', 'Sequential.0', (2, 8)
     fg.backward.nodes[op.backward].name        # 'AddmmBackward0'
 """
 from __future__ import annotations
@@ -37,6 +39,8 @@ from nbhelpers import arguments, autograd_graph, eager_only, module_scope
 __all__ = ["TensorMeta", "Source", "ForwardOp", "ForwardGraph", "trace"]
 
 COPY_SLICES = "torch::autograd::CopySlices"
+FOR_GRAPHS = ("compile_lens.capture(model, x) and compile_view.from_report(...) for the graphs torch.compile "
+              "built, or trace the module it wraps (`compiled._orig_mod`) to see the eager program")
 
 
 @dataclass(frozen=True)
@@ -95,10 +99,10 @@ def trace(model: torch.nn.Module, *inputs, **kwargs) -> ForwardGraph:
     made in `autograd_graph.trace` of the output. A forward that raises returns the partial graph with `error`
     set (and the failing op's `failed`), instead of raising: check `error`."""
     _check(model, inputs, kwargs)
-    names = _outside_names(model, inputs)
+    names = _outside_names(model, inputs, kwargs)
     recorder = _Recorder(names)
     output, error = None, None
-    with eager_only.warn_if_compiled("forward_graph.trace", eager_only.FOR_MEMORY), \
+    with eager_only.warn_if_compiled("forward_graph.trace", FOR_GRAPHS), \
             module_scope.record() as scope, recorder:
         recorder.scope = scope
         try:
@@ -107,6 +111,7 @@ def trace(model: torch.nn.Module, *inputs, **kwargs) -> ForwardGraph:
             error = raised
     recorder.resolve()
     returned = module_scope.tensors_in(output) if error is None else []
+    recorder.claim_read(returned)
     if error is None and not returned:
         raise ValueError(f"forward_graph.trace: the model returned {arguments.given(output)}, with no tensor in it; "
                          "trace a forward that returns a tensor (or tensors in a tuple, dict or dataclass)")
@@ -135,9 +140,16 @@ def _check(model, inputs, kwargs) -> None:
                          f"are on {sorted(map(str, devices))}; move them to one device, e.g. x.to(<the model's>)")
 
 
-def _outside_names(model, inputs) -> dict[int, str]:
-    """id(tensor) -> its name, for the tensors a forward may read without an op making them."""
-    names = {id(t): f"input {k}" for k, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
+def _outside_names(model, inputs, kwargs) -> dict[int, str]:
+    """id(tensor) -> its name, for the tensors a forward may read without an op making them: the arguments
+    (`input 0`, `input x`, `input 1[0]` inside a container; a tensor passed twice keeps its first name), then
+    the parameters and buffers."""
+    names: dict[int, str] = {}
+    for k, value in [*enumerate(inputs), *kwargs.items()]:
+        leaves = tree_flatten(value)[0]
+        for i, t in enumerate(leaves):
+            if isinstance(t, torch.Tensor):
+                names.setdefault(id(t), f"input {k}" if isinstance(value, torch.Tensor) else f"input {k}[{i}]")
     root = type(model._modules.get("_orig_mod", model)).__name__
     names |= {id(t): f"{root}.{n}" for n, t in model.named_parameters(remove_duplicate=False)}
     names |= {id(t): f"{root}.{n}" for n, t in model.named_buffers(remove_duplicate=False)}
@@ -161,12 +173,14 @@ class _Recorder(TorchDispatchMode):
         self.names, self.scope, self.ops, self.pending = names, None, [], None
         self.made = WeakTensorKeyDictionary()          # tensor -> (op, output): its latest version's maker
         self.nodes: list[list] = []                    # per op: the grad_fns read from its outputs
+        self.seen: set = set()                         # every grad_fn in those lists
         self.first_sequence_nr = torch.autograd._get_sequence_nr()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.resolve()
         kwargs = kwargs or {}
         tensors = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+        self.claim_read(tensors)
         k = len(self.ops)
         record = {"id": k, "op": str(func), "modules": self.scope.chain() if self.scope else (),
                   "inputs": tuple(_meta(t) for t in tensors), "sources": tuple(self._source(t) for t in tensors)}
@@ -191,6 +205,15 @@ class _Recorder(TorchDispatchMode):
             return Source(made[0], made[1])
         return Source(None, 0, self.names.get(id(t), "tensor"))
 
+    def claim_read(self, tensors) -> None:
+        """A tensor read now whose grad_fn no op's outputs showed (a custom Function's node, set after the op
+        inside it returned and read after a later op): that node goes to the op that made the tensor."""
+        for t in tensors:
+            made = self.made.get(t)
+            if made is not None and t.grad_fn is not None and t.grad_fn not in self.seen:
+                self.seen.add(t.grad_fn)
+                self.nodes[made[0]].append(t.grad_fn)
+
     def resolve(self) -> None:
         """Read the grad_fn autograd gave the last op's outputs (and a view's base's: CopySlices)."""
         if self.pending is None:
@@ -204,6 +227,7 @@ class _Recorder(TorchDispatchMode):
             if t._is_view() and t._base.grad_fn is not None and t._base.grad_fn.name() == COPY_SLICES:
                 self.nodes[k].append(t._base.grad_fn)
             self.nodes[k].append(t.grad_fn)
+            self.seen.update(self.nodes[k])
 
 
 def _meta(t: torch.Tensor) -> TensorMeta:

@@ -3,8 +3,11 @@ forward pane of `graph_view.show_twin`.
 
 The forward pane's nodes are the model's inputs, then its ops in the order they ran; an edge carries a tensor
 from the op (or input) that made it to the op that read it, labelled with the tensor's shape. An `aten.detach`
-that no op reads and that made no backward node is left out (and counted in the title): autograd runs one
-while it records an op that saves its output, and none under no_grad (tests/test_forward_graph.py). An op's details
+right after the op whose output it detaches, that no op reads and that made no backward node, is left out (and
+counted in the title): autograd saving an op's output keeps a shallow copy of it (`tensor_data()`, SavedVariable
+in torch/csrc/autograd/saved_variable.cpp), which reaches a watching dispatch mode as `aten.detach`; `exp` and
+`relu` save their output and show one, `sin` saves its input and shows none, nothing does under no_grad
+(tests/test_forward_graph.py). An op's details
 show its inputs and outputs (shape, dtype, strides, which are views), the parameters it read, the settings of
 the module that ran it (`extra_repr`), the backward node it made and what that node saved. `links` pairs each
 op with the backward node it made; `saved_by` says, for each backward node, which forward nodes made the
@@ -12,9 +15,11 @@ tensors it saved (a click on either side lights them).
 
 Example:
     fg = forward_graph.trace(model, x)
-    data, pairs, saved_by = forward_view.twin(fg)
+    forward, backward, pairs, saved_by = forward_view.twin(fg)
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from nbhelpers import graph_view
 from nbhelpers.forward_graph import ForwardGraph, ForwardOp, TensorMeta
@@ -27,32 +32,47 @@ def twin(fg: ForwardGraph) -> tuple[GraphData, GraphData | None, tuple[tuple[int
                                     tuple[tuple[int, tuple[int, ...]], ...]]:
     """(forward view data, backward view data or None, (forward node, backward node) pairs, and for each
     backward node that saved tensors the forward nodes that made them)."""
-    inputs = sorted({s.name for op in fg.ops for s in op.sources if s.op is None and s.name.startswith("input ")},
-                    key=lambda name: int(name.split()[1]))
-    shown = [op for op in fg.ops if not _autograd_detach(op, fg)]
+    inputs = list(dict.fromkeys(s.name for op in fg.ops for s in op.sources
+                                if s.op is None and s.name.startswith("input ")))      # in the order first read
+    hidden = _autograd_detaches(fg)
+    shown = [op for op in fg.ops if op.id not in hidden]
     node_of = {op.id: len(inputs) + k for k, op in enumerate(shown)}
-    backward = graph_view.from_autograd(fg.backward) if fg.backward is not None else None
+    backward = _backward_data(fg)
     saved = _saved_rows(fg, backward)
-    nodes = [ViewNode(name, "input", tip=f"{name}: the model's argument") for name in inputs]
+    nodes = [ViewNode(name, "input", tip=f"{name}: an argument of the model") for name in inputs]
     nodes += [_op_node(fg, op, saved.get(op.id, ())) for op in shown]
     edges, labels = _edges(shown, inputs, node_of)
-    data = GraphData(tuple(nodes), tuple(edges), (), _title(fg, len(fg.ops) - len(shown)), "its output goes to",
+    data = GraphData(tuple(nodes), tuple(edges), (), _title(fg, len(hidden)), "its output goes to",
                      fg.module_types, tuple(labels))
     pairs = tuple((node_of[op.id], node) for op in shown for node in ((op.backward,) if op.backward is not None
                                                                        else ()) + op.also)
     return data, backward, pairs, _saved_by(fg, node_of, inputs)
 
 
-def _autograd_detach(op: ForwardOp, fg: ForwardGraph) -> bool:
-    """An aten.detach no op reads, which made no backward node: autograd's own, recording an op."""
-    return (op.op == "aten.detach.default" and op.backward is None
-            and not any(s.op == op.id for later in fg.ops[op.id + 1:] for s in later.sources))
+def _backward_data(fg: ForwardGraph) -> GraphData | None:
+    if fg.backward is None:
+        return None
+    data = graph_view.from_autograd(fg.backward)
+    made = {op.backward for op in fg.ops} | {n for op in fg.ops for n in op.also}
+    extra = [n.name for n in fg.backward.nodes if not n.is_leaf and n.id not in made]
+    title = "backward: what autograd runs"
+    if extra:            # several outputs: the tracer sums them into one root, ops of no forward
+        title += f" (from the sum of the outputs: {', '.join(sorted(set(extra)))} are the tracer's own)"
+    return replace(data, title=title)
+
+
+def _autograd_detaches(fg: ForwardGraph) -> set[int]:
+    """The ops that are autograd saving an output: an aten.detach of the op just before it, which no op reads
+    and which made no backward node."""
+    read = {s.op for op in fg.ops for s in op.sources}
+    return {op.id for op in fg.ops if op.op == "aten.detach.default" and op.backward is None and op.id not in read
+            and op.sources and op.sources[0].op == op.id - 1}
 
 
 def _title(fg: ForwardGraph, hidden: int) -> str:
     title = "forward: the ops the model ran"
     if hidden:
-        title += f" ({hidden} detach op{'s' if hidden != 1 else ''} autograd ran while recording, not drawn)"
+        title += f" ({hidden} aten.detach from autograd saving an output, not drawn)"
     return title + (f"; stopped: {_first_line(fg.error)}" if fg.error else "")
 
 
@@ -91,8 +111,12 @@ def _notes(fg: ForwardGraph, op: ForwardOp) -> tuple[tuple[str, str], ...]:
     if op.backward is not None and fg.backward is not None:
         made = [fg.backward.nodes[n].name for n in (op.backward, *op.also)]
         rows.append(("made", ", ".join(made) + " (selected on the right)"))
+    elif fg.error is not None and not op.failed:
+        rows.append(("made", "not linked: the forward raised before it returned an output, so there is no "
+                             "backward graph to link to"))
     elif not op.failed:
-        rows.append(("made", "no backward node (no input needs a gradient, or a view autograd does not record)"))
+        rows.append(("made", "no backward node: none of its inputs needs a gradient, or what it returns has none "
+                             "(integers, indices, a fresh empty tensor)"))
     if op.failed and fg.error is not None:
         rows.append(("error", _first_line(fg.error)))
     return tuple(rows)
@@ -125,7 +149,9 @@ def _saved_rows(fg: ForwardGraph, backward: GraphData | None) -> dict[int, tuple
 
 def _saved_by(fg: ForwardGraph, node_of: dict[int, int], inputs: list[str]) -> tuple[tuple[int, tuple[int, ...]], ...]:
     """For each backward node an op made that saved tensors: the forward nodes whose tensors it saved (the
-    op's own output, or the op or input each saved input came from), matched by storage while the op ran."""
+    op's own output, or the op or input each saved input came from), matched by storage while the op ran (all
+    alive then, so no address is a reused one). An in-place op's written input shares its output's storage but
+    was overwritten: it lights only the op itself (a saved original would have been cloned, another storage)."""
     if fg.backward is None:
         return ()
     found = []
@@ -134,8 +160,8 @@ def _saved_by(fg: ForwardGraph, node_of: dict[int, int], inputs: list[str]) -> t
             continue
         ptrs = {s.storage_ptr for s in fg.backward.nodes[op.backward].saved if s.storage_ptr}
         lit = {node_of[op.id] for m in op.outputs if m.storage_ptr in ptrs}
-        for m, source in zip(op.inputs, op.sources):
-            if m.storage_ptr in ptrs:
+        for k, (m, source) in enumerate(zip(op.inputs, op.sources)):
+            if m.storage_ptr in ptrs and k not in op.mutates:    # what an in-place op wrote over is not saved
                 if source.op is not None and source.op in node_of:
                     lit.add(node_of[source.op])
                 elif source.name in inputs:

@@ -246,11 +246,12 @@ def render_svg(shown: View, selected: int | None = None) -> str:
              '<defs><marker id="gv-arrow" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="6" '
              'markerHeight="6" orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="#666"/></marker></defs>',
              '<rect width="100%" height="100%" fill="#fff"/>']
+    mixed = _boxes_with_mixed_labels(shown)
     for e in shown.edges:
         points = " ".join(f"{x:.1f},{y:.1f}" for x, y in e.points)
         parts.append(f'<polyline points="{points}" fill="none" stroke="#888" marker-end="url(#gv-arrow)"/>')
         if e.label:
-            x, y = edge_label_at(e.points)
+            x, y = edge_label_at(e.points, e.src not in mixed)
             parts.append(f'<text x="{x:.1f}" y="{y:.1f}" font-size="{EDGE_FONT}" fill="#333">{html.escape(e.label)}</text>')
     parts += [_svg_box(b, selected is not None and selected in b.members) for b in shown.boxes]
     parts.append(legend)
@@ -258,11 +259,22 @@ def render_svg(shown: View, selected: int | None = None) -> str:
     return "".join(parts)
 
 
-def edge_label_at(points) -> tuple[float, float]:
-    """Where an edge's label starts: just below and right of where it leaves its box. Edges into one box meet
-    at its top, but the edges out of one box carry the same tensor, so their labels coincide and read as one."""
-    x, y = points[0]
-    return x + 4, y + 13
+def _boxes_with_mixed_labels(shown: View) -> set[int]:
+    """The boxes whose outgoing edges carry different labels (an op with several outputs, such as split)."""
+    labels: dict[int, set[str]] = {}
+    for e in shown.edges:
+        labels.setdefault(e.src, set()).add(e.label)
+    return {box for box, seen in labels.items() if len(seen) > 1}
+
+
+def edge_label_at(points, shared: bool = True) -> tuple[float, float]:
+    """Where an edge's label starts. Edges into one box meet at its top, but the edges out of one box most
+    often carry the same tensor (`shared`): their labels sit just below where they leave, and coincide into
+    one. When they carry different tensors (split's outputs), each label sits 45 % along its own first segment."""
+    (x0, y0), (x1, y1) = points[0], points[1]
+    if shared:
+        return x0 + 4, y0 + 13
+    return x0 + (x1 - x0) * 0.45 + 3, y0 + (y1 - y0) * 0.45 + 4
 
 
 def _svg_box(b: Box, chosen: bool) -> str:

@@ -26,7 +26,7 @@ import base64
 import functools
 import json
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from nbhelpers import arguments, graph_boxes, graph_layout
@@ -256,7 +256,7 @@ def show_twin(fg, expanded=None):
     arguments.require("graph_view.show_twin", "fg", fg, forward_graph.ForwardGraph,
                       "a forward_graph.ForwardGraph, such as forward_graph.trace(model, x)")
     forward, backward, pairs, saved_by = forward_view.twin(fg)
-    datas = (forward,) if backward is None else (forward, replace(backward, title="backward: what autograd runs"))
+    datas = (forward,) if backward is None else (forward, backward)
     half = graph_boxes.STAGE_W / len(datas)
     sides = []
     for data in datas:

@@ -195,14 +195,20 @@ def test_views_and_writes_come_from_the_schema_with_lists_of_tensors_counted():
                     ("aten.mul.Tensor", 1, (None,), ())]
 
 
-def test_autograd_runs_a_detach_while_recording_an_op_and_none_under_no_grad():
+def test_autograd_saving_an_ops_output_shows_as_a_detach_and_nothing_else_does():
+    """exp and relu save their result (a shallow copy, tensor_data(), which a watching mode sees as aten.detach);
+    sin saves its input (no copy); under no_grad nothing is saved."""
     x = torch.rand(3, requires_grad=True)
-    with _Outputs() as recording:
-        torch.relu(x)
-    with torch.no_grad(), _Outputs() as not_recording:
-        torch.relu(x)
-    assert [op for op, _ in recording.ops] == ["aten.relu.default", "aten.detach.default"]
-    assert [op for op, _ in not_recording.ops] == ["aten.relu.default"]
+    seen = {}
+    for name, op in (("exp", torch.exp), ("relu", torch.relu), ("sin", torch.sin)):
+        with _Outputs() as recording:
+            op(x)
+        with torch.no_grad(), _Outputs() as not_recording:
+            op(x)
+        seen[name] = ([o for o, _ in recording.ops], [o for o, _ in not_recording.ops])
+    assert seen["exp"] == (["aten.exp.default", "aten.detach.default"], ["aten.exp.default"])
+    assert seen["relu"] == (["aten.relu.default", "aten.detach.default"], ["aten.relu.default"])
+    assert seen["sin"] == (["aten.sin.default"], ["aten.sin.default"])
 
 
 def _twin_states(fg):
@@ -218,7 +224,7 @@ def test_the_twin_view_pairs_each_op_with_its_node_and_lights_what_the_node_save
     widget, (forward, backward) = _twin_states(fg)
     labels = [n[0] for n in forward["nodes"]]
     assert labels == ["input 0", "t", "addmm", "relu", "t", "addmm"]          # autograd's detach not drawn
-    assert "1 detach op autograd ran while recording, not drawn" in forward["title"]
+    assert "(1 aten.detach from autograd saving an output, not drawn)" in forward["title"]
     names = [n[0] for n in backward["nodes"]]
     assert {(labels[f], names[b]) for f, b in backward["matched"]} == {
         ("t", "TBackward0"), ("addmm", "AddmmBackward0"), ("relu", "ReluBackward0")}
@@ -235,6 +241,8 @@ def test_a_raised_forward_is_drawn_alone_with_its_failing_op_in_red():
     widget, states = _twin_states(fg)
     assert len(states) == 1 and "stopped: RuntimeError: mat1 and mat2 shapes cannot be multiplied" in states[0]["title"]
     assert states[0]["nodes"][-1][1] == "error" and 'fill="#e05252"' in widget._repr_mimebundle_()["image/svg+xml"]
+    made = dict(states[0]["nodes"][2][8])                 # the first addmm, which ran: not linked, and why
+    assert made["made"].startswith("not linked: the forward raised before it returned an output")
 
 
 def test_show_twin_refuses_what_is_not_a_forward_graph():
@@ -242,3 +250,64 @@ def test_show_twin_refuses_what_is_not_a_forward_graph():
 
     with pytest.raises(TypeError, match="`fg` must be a forward_graph.ForwardGraph"):
         graph_view.show_twin(_mlp())
+
+
+class _Doubled(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2                                       # saves nothing
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+class _Early(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        kept = x.exp()
+        x.sin()                                            # the last op inside is not what it returns
+        return kept
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+class _Functions(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(3, 3)
+
+    def forward(self, x):
+        return torch.tanh(_Early.apply(_Doubled.apply(self.linear(x))))
+
+
+def test_custom_function_nodes_are_linked_to_the_op_that_made_what_they_returned():
+    fg = forward_graph.trace(_Functions(), torch.rand(2, 3))
+    names = {fg.backward.nodes[n].name: op.op for op in fg.ops for n in ((op.backward,) if op.backward is not None
+                                                                          else ()) + op.also}
+    assert names["_DoubledBackward"] == "aten.mul.Tensor" and names["_EarlyBackward"] == "aten.exp.default"
+    assert {n.name for n in fg.backward.nodes if not n.is_leaf} <= set(names)     # every node linked
+
+
+def test_inputs_are_named_by_position_keyword_and_first_use():
+    class TwoInputs(nn.Module):
+        def forward(self, x, *, scale):
+            return x * scale
+
+    fg = forward_graph.trace(TwoInputs(), torch.rand(2), scale=torch.rand(2))
+    assert [s.name for s in fg.ops[0].sources] == ["input 0", "input scale"]
+    x = torch.rand(2, 5, 8)
+    attention = forward_graph.trace(nn.MultiheadAttention(8, 2, batch_first=True), x, x, x)
+    assert {s.name for op in attention.ops for s in op.sources if s.name.startswith("input")} == {"input 0"}
+
+
+def test_an_in_place_relu_lights_only_itself_not_what_it_overwrote():
+    from nbhelpers import forward_view
+
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2), nn.ReLU(inplace=True))
+    fg = forward_graph.trace(model, torch.rand(1, 1, 5, 5))
+    forward, backward, _, saved_by = forward_view.twin(fg)
+    relu_node = next(k for k, n in enumerate(backward.nodes) if n.label == "ReluBackward0")
+    assert [forward.nodes[f].label for f in dict(saved_by)[relu_node]] == ["relu_"]
