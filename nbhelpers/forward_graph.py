@@ -89,17 +89,14 @@ class ForwardGraph:
     module_types: tuple[tuple[str, str], ...] = ()   # (module path, class name), as the backward view names them
     settings: tuple[tuple[str, str], ...] = ()       # (module path, its extra_repr()): `in_features=4, ...`
 
-    def made(self, node: int) -> int | None:
-        """The op that made backward node `node` (through `backward` or `also`), or None."""
-        return next((op.id for op in self.ops if op.backward == node or node in op.also), None)
-
 
 def trace(model: torch.nn.Module, *inputs, **kwargs) -> ForwardGraph:
     """Run `model(*inputs, **kwargs)` once, recording its forward op by op; link each op to the backward node it
     made in `autograd_graph.trace` of the output. A forward that raises returns the partial graph with `error`
     set (and the failing op's `failed`), instead of raising: check `error`."""
     _check(model, inputs, kwargs)
-    names = _outside_names(model, inputs, kwargs)
+    paths = module_scope.module_paths(model)
+    names = _outside_names(model, paths, inputs, kwargs)
     recorder = _Recorder(names)
     output, error = None, None
     with eager_only.warn_if_compiled("forward_graph.trace", FOR_GRAPHS), \
@@ -116,16 +113,10 @@ def trace(model: torch.nn.Module, *inputs, **kwargs) -> ForwardGraph:
         raise ValueError(f"forward_graph.trace: the model returned {arguments.given(output)}, with no tensor in it; "
                          "trace a forward that returns a tensor (or tensors in a tuple, dict or dataclass)")
     graph, functions = _backward_of([t for t in returned if t.grad_fn is not None], model)
-    types, settings = _modules(model)
+    modules = {id(m): m for m in model.modules()}
+    types = tuple((path, type(modules[i]).__name__) for i, path in paths.items())
+    settings = tuple((path, modules[i].extra_repr()) for i, path in paths.items() if modules[i].extra_repr())
     return ForwardGraph(_linked(recorder, functions), output, graph, error, types, settings)
-
-
-def _modules(model) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
-    """(path, class name) and (path, extra_repr) of every module, named as module_scope names them."""
-    types = tuple(module_scope.module_types(model).items())
-    paths = dict(module_scope.module_paths(model))
-    settings = tuple((paths[id(m)], m.extra_repr()) for m in model.modules() if m.extra_repr())
-    return types, settings
 
 
 def _check(model, inputs, kwargs) -> None:
@@ -140,19 +131,19 @@ def _check(model, inputs, kwargs) -> None:
                          f"are on {sorted(map(str, devices))}; move them to one device, e.g. x.to(<the model's>)")
 
 
-def _outside_names(model, inputs, kwargs) -> dict[int, str]:
+def _outside_names(model, paths: dict[int, str], inputs, kwargs) -> dict[int, str]:
     """id(tensor) -> its name, for the tensors a forward may read without an op making them: the arguments
     (`input 0`, `input x`, `input 1[0]` inside a container; a tensor passed twice keeps its first name), then
-    the parameters and buffers."""
+    the parameters and buffers, named from their module's path (module_scope's names: `ResNet.fc.weight`)."""
     names: dict[int, str] = {}
     for k, value in [*enumerate(inputs), *kwargs.items()]:
         leaves = tree_flatten(value)[0]
         for i, t in enumerate(leaves):
             if isinstance(t, torch.Tensor):
                 names.setdefault(id(t), f"input {k}" if isinstance(value, torch.Tensor) else f"input {k}[{i}]")
-    root = type(model._modules.get("_orig_mod", model)).__name__
-    names |= {id(t): f"{root}.{n}" for n, t in model.named_parameters(remove_duplicate=False)}
-    names |= {id(t): f"{root}.{n}" for n, t in model.named_buffers(remove_duplicate=False)}
+    for m in model.modules():
+        for name, t in [*m.named_parameters(recurse=False), *m.named_buffers(recurse=False)]:
+            names.setdefault(id(t), f"{paths[id(m)]}.{name}")
     return names
 
 

@@ -150,14 +150,14 @@ def _view(function: str, data, expanded) -> View:
     return graph_boxes.view(data, opened, info)
 
 
-def _state(data: GraphData, expanded: frozenset[str]) -> dict:
+def _state(data: GraphData, expanded: frozenset[str], info: dict | None = None) -> dict:
     """The widget's `graph` trait, before it is deflated: the graph, not its layouts (graph_view.js lays
     out what is opened). `modules` lists each chain of modules that ran once, as [path, index of the entry
     it ran in or -1, class name, "N nodes · B saved"] (a module shared by two parents is listed under
     each); a node is [label, kind, index of its innermost module's entry or -1, saved, targets, op, mark,
     links, notes, tip, the label of each target's edge] (a saved tensor's attr without its "_saved_" prefix);
     its targets are its edges."""
-    chains, entries = _module_entries(data)
+    chains, entries = _module_entries(data, graph_boxes.module_info(data) if info is None else info)
     labels = _target_labels(data)
     return {"modules": entries,
             "nodes": [[n.label, n.kind, chains[n.group] if n.group else -1,
@@ -169,9 +169,8 @@ def _state(data: GraphData, expanded: frozenset[str]) -> dict:
             "expanded": sorted(expanded)}
 
 
-def _module_entries(data: GraphData) -> tuple[dict[tuple[str, ...], int], list]:
+def _module_entries(data: GraphData, info: dict) -> tuple[dict[tuple[str, ...], int], list]:
     """Every chain prefix of the nodes' modules once (a shared module has two), and the state's entries."""
-    info = graph_boxes.module_info(data)
     chains: dict[tuple[str, ...], int] = {}
     entries = []
     for n in data.nodes:
@@ -233,16 +232,11 @@ def show_diff(d, titles: tuple[str, str] | None = None):
     if not all(isinstance(getattr(d, side, None), GraphData) for side in ("a", "b")):
         raise TypeError(f"graph_view.show_diff: `d` must be a graph_diff.GraphDiff, such as graph_diff.diff(a, b); "
                         f"got {arguments.given(d)}")
-    names = _titles(d, titles)
-    half = graph_boxes.STAGE_W / 2                      # two panes share the output's width
-    infos = [graph_boxes.module_info(g) for g in (d.a, d.b)]
-    sides = tuple((g, graph_boxes.view(g, graph_boxes.first_expansion(g, info, stage_w=half), info))
-                  for g, info in zip((d.a, d.b), infos))
-    states = [{**_state(g, shown.expanded), "title": name} for (g, shown), name in zip(sides, names)]
+    sides, states = _panes((d.a, d.b))
+    for state, name in zip(states, _titles(d, titles)):
+        state["title"] = name
     states[1]["matched"] = [list(pair) for pair in d.matched]
-    widget = _widget_class()(graph=_text(states[0]), other=_text(states[1]), expanded=sorted(sides[0][1].expanded))
-    widget._sides = sides
-    return widget
+    return _paned_widget(sides, states)
 
 
 def show_twin(fg, expanded=None):
@@ -256,20 +250,31 @@ def show_twin(fg, expanded=None):
     arguments.require("graph_view.show_twin", "fg", fg, forward_graph.ForwardGraph,
                       "a forward_graph.ForwardGraph, such as forward_graph.trace(model, x)")
     forward, backward, pairs, saved_by = forward_view.twin(fg)
-    datas = (forward,) if backward is None else (forward, backward)
-    half = graph_boxes.STAGE_W / len(datas)
-    sides = []
-    for data in datas:
-        info = graph_boxes.module_info(data)
-        opened = graph_boxes.first_expansion(data, info, stage_w=half) if expanded is None else frozenset(expanded)
-        sides.append((data, graph_boxes.view(data, opened, info)))
-    states = [_state(data, shown.expanded) for data, shown in sides]
+    sides, states = _panes((forward,) if backward is None else (forward, backward), expanded)
     states[0]["lit"] = [[node, list(lit)] for node, lit in saved_by]
     if len(states) > 1:
         states[1]["matched"] = [list(pair) for pair in pairs]
+    return _paned_widget(sides, states)
+
+
+def _panes(datas, expanded=None) -> tuple[tuple, list[dict]]:
+    """Each graph's view, with `expanded` open or else its first view at its share of the output's width,
+    and each one's state."""
+    width = graph_boxes.STAGE_W / len(datas)
+    sides, states = [], []
+    for data in datas:
+        info = graph_boxes.module_info(data)
+        opened = graph_boxes.first_expansion(data, info, stage_w=width) if expanded is None else frozenset(expanded)
+        shown = graph_boxes.view(data, opened, info)
+        sides.append((data, shown))
+        states.append(_state(data, shown.expanded, info))
+    return tuple(sides), states
+
+
+def _paned_widget(sides: tuple, states: list[dict]):
     widget = _widget_class()(graph=_text(states[0]), other=_text(states[1]) if len(states) > 1 else "",
                              expanded=sorted(sides[0][1].expanded))
-    widget._sides = tuple(sides)
+    widget._sides = sides
     return widget
 
 

@@ -104,7 +104,7 @@ class _Scope:
         if torch.compiler.is_compiling():
             return
         if not self.stack and not self._named(module):   # a new outermost module: name everything under it
-            self.root, self.names = module, _paths(module)
+            self.root, self.names = module, module_paths(module)
         name = self.names.get(id(module), type(module).__name__)
         first = torch.autograd._get_sequence_nr()
         self.stack.append((name, first))
@@ -203,16 +203,11 @@ def module_types(root: torch.nn.Module) -> dict[str, str]:
     """Each module path `record()` can tag, named as it names them, -> its class name (`ResNet.layer1` ->
     `Sequential`), for the views' module boxes."""
     by_id = {id(m): m for m in root.modules()}
-    return {path: type(by_id[i]).__name__ for i, path in _paths(root).items()}
+    return {path: type(by_id[i]).__name__ for i, path in module_paths(root).items()}
 
 
 def module_paths(root: torch.nn.Module) -> dict[int, str]:
-    """id(module) -> the path `record()` names it by (for forward_graph's module settings)."""
-    return _paths(root)
-
-
-def _paths(root: torch.nn.Module) -> dict[int, str]:
-    """id(module) -> its path from `root`, named after the root's class; a compiled module
+    """id(module) -> its path from `root`, as `record()` names it: after the root's class; a compiled module
     (`torch.compile(m)`, an OptimizedModule, which holds `m` as its submodule `_orig_mod`) is named as the
     module it wraps."""
     top = type(root._modules.get("_orig_mod", root)).__name__
