@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from nbhelpers import (autograd_graph, compilation, compile_lens, eager_only, graph_view, memory, memory_agreement,
-                       module_scope, profiling, storage)
+from nbhelpers import (autograd_graph, compilation, compile_lens, eager_only, forward_graph, graph_view, memory,
+                       memory_agreement, module_scope, profiling, storage)
 
 
 def _model():
@@ -62,6 +62,10 @@ def _use_view(model, cm, x):
     graph_view.show(graph_view.from_autograd(graph))
 
 
+def _use_forward_graph(model, cm, x):
+    forward_graph.trace(cm, x)
+
+
 def _use_saved_bytes(model, cm, x):
     memory.saved_bytes_by_module(cm, x)
 
@@ -81,10 +85,12 @@ def _use_lifetimes(model, cm, x):
 
 
 INSTRUMENTS = {"memory.track": _use_track, "module_scope.record": _use_record, "autograd_graph.trace": _use_trace,
-               "graph_view.show": _use_view,
+               "graph_view.show": _use_view, "forward_graph.trace": _use_forward_graph,
                "memory.saved_bytes_by_module": _use_saved_bytes, "profiling.work": _use_work,
                "memory_agreement.against_memtracker": _use_memtracker, "storage.record_lifetimes": _use_lifetimes}
-DISPATCH_MODES = {"memory.track", "profiling.work", "memory_agreement.against_memtracker"}
+# each dispatch-mode instrument's warning names where to look instead
+DISPATCH_MODES = {"memory.track": "torch.profiler", "profiling.work": "torch.profiler",
+                  "memory_agreement.against_memtracker": "torch.profiler", "forward_graph.trace": "compile_lens.capture"}
 
 
 @pytest.mark.parametrize("name", INSTRUMENTS)
@@ -102,7 +108,7 @@ def test_a_compiled_module_runs_compiled_after_the_instrument(compiled, name):
     said = [w for w in caught if issubclass(w.category, eager_only.CompiledRanEagerly)]
     assert bool(said) == (name in DISPATCH_MODES), [str(w.message) for w in said]
     for w in said:
-        assert "ran op by op" in str(w.message) and "torch.profiler" in str(w.message)
+        assert "ran op by op" in str(w.message) and DISPATCH_MODES[name] in str(w.message)
         assert w.filename == __file__                                   # points at the learner's line
 
 
