@@ -5,12 +5,13 @@ idea you need, e.g. ``from nbhelpers import devices, data``.
 
 The map. Each module has one layer and imports only from its own layer and the layers listed before it
 (tests/test_layers.py reads this table: a module missing from it, or an import against the order, fails;
-"notebooks" lists those that import it, "all" being 00-12):
+"notebooks" lists those that import it, "all" being 00-13):
 
 - foundation: what every other module may use; imports no other layer.
 - record: plain data an instrument returns and a view draws (frozen dataclasses, no torch state).
 - instrument: reads what torch does, on any model: never imports a lesson, a view or the exercises.
 - view: draws records and graphs; never imports a lesson or the exercises.
+- diagnosis: every instrument on a learner's own model at once, and the ranked findings; may use the views.
 - lesson: the series' own models, data, training loops and DDP workers; may use all of the above.
 - exercises: the checked exercises at the end of each notebook; may use all of the above.
 - tooling: the series' own machinery (running notebooks, the site, the CLI); no notebook imports it.
@@ -20,6 +21,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | devices           | foundation | all                        | picks CPU or CUDA; what this machine can run         |
 | arguments         | foundation | -                          | the clear TypeError/ValueError of each entry point   |
 | atomic            | foundation | -                          | writes a file so a crash leaves old or new, whole    |
+| user_code         | foundation | -                          | the learner's line that is running, not torch's      |
 | compile_report    | record     | -                          | compile_lens's report: graphs, breaks, kernels       |
 | storage           | instrument | 01                         | storages, views, strides, version counters, lifetimes |
 | module_scope      | instrument | 02                         | which module is running, in forward and backward     |
@@ -29,6 +31,8 @@ The map. Each module has one layer and imports only from its own layer and the l
 | memory_agreement  | instrument | 08                         | memory.track against torch's MemTracker, to the byte |
 | eager_only        | instrument | 08                         | dispatch modes say when a compiled call ran eagerly  |
 | profiling         | instrument | 09                         | profiler traces as data; FLOPs, bytes, regime        |
+| module_work       | instrument | -                          | FLOPs and bytes per module, against FlopCounterMode  |
+| findings          | instrument | -                          | what a diagnosis found, ranked, with the evidence    |
 | compilation       | instrument | 05 06 11                   | backends, their cost, graph breaks, recompiles       |
 | compile_cache     | instrument | 05                         | what inductor's on-disk cache keeps                  |
 | compile_lens      | instrument | 05 11                      | what torch.compile built: graphs, breaks, guards     |
@@ -41,6 +45,9 @@ The map. Each module has one layer and imports only from its own layer and the l
 | graph_diff        | view       | 02 11                      | two graphs, node by node                             |
 | forward_view      | view       | -                          | a forward graph as view data, linked to its backward |
 | compile_view      | view       | 05 10 11                   | compile_lens reports and exports as graph views      |
+| memory_timeline   | view       | -                          | live bytes over a step, by category, module (+ .js)  |
+| diagnosis_view    | view       | -                          | a diagnosis as text, a widget, an offline page       |
+| diagnose          | diagnosis  | 13                         | one step of any model through every lens, checked    |
 | models            | lesson     | 02 03 05 06 07 08 09 10 12 | the sandwich model and the series' small models      |
 | data              | lesson     | 00 03 04 06 07 10          | the offline handwritten digits, as torchvision MNIST |
 | training          | lesson     | 03                         | a short loop: fit -> History, evaluate -> Evaluation |
@@ -51,8 +58,9 @@ The map. Each module has one layer and imports only from its own layer and the l
 | distributed       | lesson     | 07                         | a function in N processes joined by a group          |
 | ddp_workers       | lesson     | 07 12                      | the function each rank runs in the DDP lessons       |
 | ddp_train         | lesson     | 07                         | the torchrun entry point: DDP training               |
+| planted_models    | lesson     | 13                         | small models with one planted problem each           |
 | exercises         | exercises  | all                        | the checked exercises, one module per idea           |
-| __main__          | tooling    | -                          | python -m nbhelpers doctor / execute / html          |
+| __main__          | tooling    | -                          | python -m nbhelpers doctor / execute / html / diagnose |
 | _tools            | tooling    | -                          | runs notebooks, builds the site, make trace          |
 """
 __all__: list[str] = []

@@ -1,4 +1,4 @@
-"""python -m nbhelpers doctor | execute NOTEBOOK... | html --out DIR NOTEBOOK..."""
+"""python -m nbhelpers doctor | execute NOTEBOOK... | html --out DIR NOTEBOOK... | diagnose MODULE:FACTORY ..."""
 from __future__ import annotations
 
 import argparse
@@ -57,7 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     site = sub.add_parser("html", help="build a static site that renders offline")
     site.add_argument("--out", type=Path, default=Path("build/site"))
     site.add_argument("notebooks", nargs="+", type=Path)
+    from nbhelpers._tools import diagnose_cli
+
+    diagnose_cli.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "diagnose":
+        return diagnose_cli.main(args)
     if args.command == "doctor":
         return _doctor()
     if args.command == "execute":

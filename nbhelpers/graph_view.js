@@ -1,4 +1,4 @@
-// The front-end of nbhelpers.graph_view, part 2 of 3 (graph_layout.js, this, graph_view_dom.js: one ES
+// The front-end of nbhelpers.graph_view, part 2 of 4 (graph_layout.js, this, memory_timeline.js, graph_view_dom.js: one ES
 // module, as graph_view.esm() joins them): the state decoded, and the boxes of what the learner has opened
 // (graph_boxes.py's rules in JavaScript), laid out with layout(). No DOM here: Node runs it in the tests.
 const SVG_NS = "http://www.w3.org/2000/svg";   // the SVG namespace name, not an address that is fetched

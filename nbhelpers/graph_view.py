@@ -38,7 +38,8 @@ __all__ = ["SavedRow", "ViewNode", "GraphData", "from_autograd", "view", "detail
            "show_diff", "show_twin"]                        # view() returns a graph_boxes.View (of Boxes and Routes)
 
 _HERE = Path(__file__).parent
-_ESM_FILES = tuple(_HERE / f for f in ("graph_layout.js", "graph_view.js", "graph_view_dom.js"))  # one module
+_ESM_FILES = tuple(_HERE / f for f in ("graph_layout.js", "graph_view.js", "memory_timeline.js",  # one module
+                                        "graph_view_dom.js"))
 
 
 @dataclass(frozen=True)
@@ -209,10 +210,11 @@ def _unpack(text: str) -> bytes:
     return zlib.decompress(base64.b64decode(text), -15)
 
 
-def show(data: GraphData, selected: int | None = None, expanded=None):
+def show(data: GraphData, selected: int | None = None, expanded=None, *, timeline: dict | None = None):
     """The widget (anywidget): click, hover, search, expand and collapse one module, pan and zoom, the
     keyboard, and a backward stepper. `expanded` (module paths) is what it opens with; None: the first
-    legible view.
+    legible view. `timeline` (a memory_timeline.state whose `node`s are `data`'s) is drawn above the graph: a
+    click on it selects the node that holds the bytes.
 
     `selected`, `step` and `expanded` are traits: a later cell reads what the learner clicked and opened.
     """
@@ -220,8 +222,12 @@ def show(data: GraphData, selected: int | None = None, expanded=None):
     if selected is not None:
         _check_node("graph_view.show", "selected", selected, len(data.nodes))
     widget = _widget_class()(graph=_text(_state(data, shown.expanded)), expanded=sorted(shown.expanded),
-                             selected=-1 if selected is None else selected)
+                             selected=-1 if selected is None else selected,
+                             timeline=_text(timeline) if timeline else "")
     widget._sides = ((data, shown),)
+    if timeline:
+        from nbhelpers import memory_timeline
+        widget._above = memory_timeline.render_svg(timeline)
     return widget
 
 
@@ -301,6 +307,15 @@ def _picture(sides, expanded: list[str], selected: int) -> str:
             f'{left}<g transform="translate({lw + 20:.0f},0)">{right}</g></svg>')
 
 
+def _stacked(top: str, bottom: str) -> str:
+    """Two SVGs, one above the other, as one."""
+    if not top:
+        return bottom
+    (tw, th), (bw, bh) = _svg_size(top), _svg_size(bottom)
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{max(tw, bw):.0f}" height="{th + bh + 10:.0f}">'
+            f'{top}<g transform="translate(0,{th + 10:.0f})">{bottom}</g></svg>')
+
+
 def _svg_size(svg: str) -> tuple[float, float]:
     """render_svg's width and height (its legend included), read from its opening tag."""
     head = svg[:svg.index(">")]
@@ -338,15 +353,17 @@ def _widget_class():
         selected = traitlets.Int(-1).tag(sync=True)
         step = traitlets.Int(-1).tag(sync=True)
         expanded = traitlets.List(traitlets.Unicode()).tag(sync=True)   # the modules open in the first pane
+        timeline = traitlets.Unicode("").tag(sync=True)  # a diagnosis's memory timeline (memory_timeline.state), deflated
 
         _sides: tuple = ()                               # (data, first view) per pane, set by show()/show_diff()
+        _above: str = ""                                 # a still SVG drawn above the graph (a diagnosis's timeline)
 
         def _repr_mimebundle_(self, **kwargs):
             bundle = super()._repr_mimebundle_(**kwargs)
             data, _ = bundle if isinstance(bundle, tuple) else (bundle, {})
             nodes = sum(len(g.nodes) for g, _ in self._sides)
-            return {**data, "image/svg+xml": _picture(self._sides, self.expanded, self.selected),
-                    "text/plain": f"graph view: {nodes} nodes"}
+            picture = _stacked(self._above, _picture(self._sides, self.expanded, self.selected))
+            return {**data, "image/svg+xml": picture, "text/plain": f"graph view: {nodes} nodes"}
 
     return GraphView
 

@@ -1,4 +1,4 @@
-// The front-end of nbhelpers.graph_view, part 3 of 3: the drawing and every interaction (click, hover,
+// The front-end of nbhelpers.graph_view, part 4 of 4: the drawing and every interaction (click, hover,
 // search, expand/collapse one module, pan/zoom, keyboard, stepper, one selection across a diff's panes),
 // the legend, the theme (JupyterLab's, else the system's) and a table of the nodes for screen readers.
 // Names come from user code: they go in with textContent, never as HTML.
@@ -404,7 +404,7 @@ function nodeTable(parent, panes) {   // built when opened: every node, for scre
 // The widget around the panes: the bar, the legend, the details panel, one selection, what is open, the
 // stepper; and the traits it shares with Python (selected, step, expanded).
 class Controller {
-  constructor(model, el, graphs) {
+  constructor(model, el, graphs, timeline) {
     this.model = model;
     this.timer = null;
     const root = tag("div", undefined, el, "gv");
@@ -414,6 +414,7 @@ class Controller {
     this.legendBox = tag("div", undefined, root, "gv-legend");
     this.info = tag("div", "", root, "gv-info");
     this.info.setAttribute("aria-live", "polite");
+    if (timeline) this.timeline = new Timeline(timeline, root, this);    // a diagnosis's memory, above its graph
     const row = tag("div", undefined, root, "gv-panes");
     this.panel = tag("div", "Click a box for its details; click a module to open it.", root, "gv-details");
     const tableBox = tag("details", undefined, root, "gv-table");
@@ -614,7 +615,8 @@ class Controller {
 async function render({ model, el }) {
   const texts = [model.get("graph"), model.get("other")].filter(Boolean);
   const graphs = (await Promise.all(texts.map(decode))).map(unpackState);
-  return new Controller(model, el, graphs).start();
+  const timeline = model.get("timeline") ? await decode(model.get("timeline")) : null;
+  return new Controller(model, el, graphs, timeline).start();
 }
 
 export default { render };

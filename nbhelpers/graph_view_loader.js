@@ -1,7 +1,7 @@
 // What a notebook stores as each graph view's front-end: anywidget keeps a copy of `_esm` in every view's
-// state, so the three files (graph_layout.js, graph_view.js, graph_view_dom.js, 46 KB) travel deflated and
-// base64-encoded (about 17 KB), and are inflated in the browser and imported from a blob URL, as anywidget
-// imports `_esm` itself. graph_view.esm() fills in CODE; graph_view.esm_source() is the module unpacked.
+// state, so the four files (graph_layout.js, graph_view.js, memory_timeline.js, graph_view_dom.js, 59 KB)
+// travel deflated and base64-encoded (about 26 KB), and are inflated in the browser and imported from a blob
+// URL, as anywidget imports `_esm` itself. graph_view.esm() fills in CODE; graph_view.esm_source() is the module unpacked.
 const CODE = "@CODE@";
 let loaded = null;
 

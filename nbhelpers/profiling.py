@@ -22,7 +22,7 @@ import torch
 from nbhelpers import arguments, devices, eager_only
 
 __all__ = ["OpTime", "trace_summary", "plot_top_ops", "Work", "work", "median_seconds", "machine_peaks",
-           "regime"]                       # machine_peaks returns Peaks, regime a Regime
+           "regime", "bytes_moved", "cpu_attention_formulas"]   # machine_peaks returns Peaks, regime a Regime
 
 
 @dataclass(frozen=True)
@@ -85,16 +85,16 @@ def work(fn) -> Work:
     from torch.utils.flop_counter import FlopCounterMode
 
     arguments.require_callable("profiling.work", "fn", fn, "a function of no arguments, such as lambda: model(x)")
-    counter, moved = FlopCounterMode(display=False, custom_mapping=_cpu_attention_formulas()), _BytesMoved()
+    counter, moved = FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas()), _BytesMoved()
     with eager_only.warn_if_compiled("profiling.work", eager_only.FOR_WORK), counter, moved:
         fn()
     added = sum(n for op, n in counter.get_flop_counts().get("Global", {}).items()
-                if op in _cpu_attention_formulas())
+                if op in cpu_attention_formulas())
     return Work(counter.get_total_flops(), moved.total, added)
 
 
 @functools.cache
-def _cpu_attention_formulas() -> dict:
+def cpu_attention_formulas() -> dict:
     """CPU attention's FLOPs, by the formulas torch/utils/flop_counter.py applies to its CUDA kernels (the CPU
     kernels take query, key, value first, and the backward takes grad_out first, as those do)."""
     from torch.utils import flop_counter
@@ -123,11 +123,7 @@ class _BytesMoved:
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 if not func.is_view:
-                    from torch.utils._pytree import tree_flatten
-
-                    tensors = {_identity(t): t for t in tree_flatten((args, kwargs, out))[0]
-                               if isinstance(t, torch.Tensor)}
-                    outer.total += sum(_bytes_held(t) for t in tensors.values())
+                    outer.total += bytes_moved((args, kwargs, out))
                 return out
 
         self.total, self.mode = 0, Mode()
@@ -138,6 +134,14 @@ class _BytesMoved:
 
     def __exit__(self, *exc):
         return self.mode.__exit__(*exc)
+
+
+def bytes_moved(value) -> int:
+    """The bytes of the distinct tensors in an op's arguments and result (`work`'s count for one op)."""
+    from torch.utils._pytree import tree_flatten
+
+    tensors = {_identity(t): t for t in tree_flatten(value)[0] if isinstance(t, torch.Tensor)}
+    return sum(_bytes_held(t) for t in tensors.values())
 
 
 def _identity(t: torch.Tensor) -> tuple:

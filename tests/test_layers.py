@@ -11,9 +11,9 @@ import nbhelpers
 from tests.source_imports import imported_in, imported_modules, private_names_used
 
 PACKAGE = Path(nbhelpers.__file__).parent
-LAYERS = ("foundation", "record", "instrument", "view", "lesson", "exercises", "tooling")
+LAYERS = ("foundation", "record", "instrument", "view", "diagnosis", "lesson", "exercises", "tooling")
 ROW = re.compile(r"^\| (\S+) +\| (\S+) +\| ([\d -]+?|all) +\| .+\|$")
-ALL = {f"{n:02d}" for n in range(13)}
+ALL = {f"{n:02d}" for n in range(14)}
 
 
 def read_map(doc: str) -> dict[str, tuple[str, set[str]]]:

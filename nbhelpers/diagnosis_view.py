@@ -1,0 +1,121 @@
+"""A diagnosis (`diagnose.run`) drawn: its summary as text, its memory timeline over its backward graph as a
+widget, and the whole report as one self-contained HTML page that opens from a file with no network.
+
+The page is a fixed shell. Its data (findings, agreements, the widgets' states) travel as JSON in a
+`<script type="application/json">`, and report_page.js fills the shell in with textContent, so a name from the
+learner's code is never read as HTML. The widgets are graph_view's own front-end, inlined, and run with a small
+stand-in for the widget model: every click works without a kernel.
+
+Example:
+    print(diagnosis_view.summary(d))
+    diagnosis_view.save_html(d, "report.html")
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from nbhelpers import arguments, atomic, forward_view, graph_view, memory_timeline
+
+__all__ = ["summary", "show", "save_html", "page", "MAX_PAGE_BYTES"]
+
+MAX_PAGE_BYTES = 1_000_000
+_HERE = Path(__file__).parent
+
+
+def summary(d, top: int = 5) -> str:
+    """The top findings, each with its evidence, place and lesson, then the agreements (what the CLI prints)."""
+    arguments.require_positive("diagnosis_view.summary", "top", top)
+    lines = [f"{d.model} on {', '.join(d.inputs)}: {d.step}"]
+    if d.error:
+        lines.append(f"the step raised {d.error}" + (f" at {d.error_where}" if d.error_where else ""))
+    lines.append(f"top {min(top, len(d.findings))} of {len(d.findings)} findings:")
+    for k, f in enumerate(d.findings[:top], 1):
+        lines.append(f"{k}. [{f.kind}] {f.title}")
+        lines.append(f"   {f.evidence}")
+        lines.append(f"   where: {f.where or '-'} · taught in {f.lesson}")
+    wrong = [a for a in d.agreements if not a.agrees]
+    tools = ", ".join(sorted({a.tool for a in d.agreements}))
+    if d.agreements:
+        lines.append(f"{len(d.agreements) - len(wrong)} of {len(d.agreements)} numbers agree with PyTorch's own "
+                     f"tools ({tools})")
+    else:
+        lines.append("no number could be checked against PyTorch's own tools (the step did not run)")
+    lines += [f"   disagrees: {a.name}: ours {a.ours:,}, {a.tool} {a.theirs:,}" for a in wrong]
+    lines += [f"   not checked: {text}" for text in d.unchecked]
+    return "\n".join(lines)
+
+
+def _graph_data(d):
+    if d.graph is not None:
+        return graph_view.from_autograd(d.graph)
+    return forward_view.twin(d.forward)[0] if d.forward is not None and d.forward.ops else None
+
+
+def show(d):
+    """The memory timeline above the step's backward graph (the forward graph when there was no backward): hover
+    for the op and the learner's line, click to select the node that holds the bytes."""
+    data = _graph_data(d)
+    if data is None or d.tracker is None:
+        raise ValueError(f"Diagnosis.show: nothing ran to draw ({d.error or 'no op was recorded'}); fix the error "
+                         "the findings name and diagnose again")
+    timeline = memory_timeline.state(d)
+    if d.graph is None:
+        timeline["node"] = [-1] * len(timeline["node"])     # no backward node holds anything
+    return graph_view.show(data, timeline=timeline)
+
+
+def _twin(d):
+    if d.forward is None or not d.forward.ops:
+        return None
+    return graph_view.show_twin(d.forward)
+
+
+def _widget_state(widget) -> dict:
+    return {"graph": widget.graph, "other": widget.other, "expanded": list(widget.expanded),
+            "selected": widget.selected, "step": widget.step, "timeline": widget.timeline}
+
+
+def _data(d) -> dict:
+    widgets = [w for w in (show(d) if d.tracker is not None and _graph_data(d) is not None else None, _twin(d)) if w]
+    return {"title": f"Diagnosis of {d.model}", "subtitle": f"{', '.join(d.inputs)} · {d.step}",
+            "error": f"the step raised {d.error}" + (f" at {d.error_where}" if d.error_where else "") if d.error else "",
+            "findings": [{"kind": f.kind, "title": f.title, "evidence": f.evidence, "where": f.where,
+                          "lesson": f.lesson} for f in d.findings],
+            "agreements": [{"name": a.name, "ours": a.ours, "theirs": a.theirs, "tool": a.tool, "agrees": a.agrees}
+                           for a in d.agreements],
+            "unchecked": list(d.unchecked),
+            "widgets": [_widget_state(w) for w in widgets],
+            "captions": ["Memory over the step, above the backward graph" if d.graph is not None
+                         else "Memory over the step, above the forward graph",
+                         "The forward graph beside the backward graph it built"][:len(widgets)]}
+
+
+def _script_safe(data: dict) -> str:
+    """JSON that cannot end its <script> element early (`</script>`, `<!--`): "<" occurs only inside strings,
+    where \\u003c reads the same."""
+    return json.dumps(data).replace("<", "\\u003c")
+
+
+def page(d) -> str:
+    """The report as one HTML document: no request leaves it (no CDN, no font, no image)."""
+    shell = (_HERE / "report_page.html").read_text()
+    code = graph_view.esm_source() + "\n" + (_HERE / "report_page.js").read_text()
+    if "</script" in code.lower():
+        raise AssertionError("a shipped front-end file contains </script>, which would end the page's script")
+    before, rest = shell.split("@DATA@")
+    middle, after = rest.split("@CODE@")          # one pass: a name in the data that reads @CODE@ stays text
+    return before + _script_safe(_data(d)) + middle + code + after
+
+
+def save_html(d, path) -> Path:
+    """Write `page(d)` to `path`, atomically; a page over MAX_PAGE_BYTES is refused with what to do."""
+    target = arguments.require_file("Diagnosis.save_html", "path", path, exists=False)
+    if not target.parent.is_dir():
+        raise ValueError(f"Diagnosis.save_html: the folder {target.parent} does not exist; create it first")
+    text = page(d).encode()
+    if len(text) > MAX_PAGE_BYTES:
+        raise ValueError(f"Diagnosis.save_html: the page would be {len(text):,} B, over {MAX_PAGE_BYTES:,}; "
+                         "diagnose a smaller input (fewer ops), or save the snapshot instead (save_snapshot)")
+    atomic.write_atomic(target, text)
+    return target

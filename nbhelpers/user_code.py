@@ -1,0 +1,68 @@
+"""Which line of the learner's own code is running: the innermost Python frame that is neither torch, nor the
+standard library, nor this package's own machinery. An op called from a model's forward is placed at the
+line that called it (`out = self.conv1(x)` in resnet.py, or a notebook cell's line), not inside torch.nn.
+
+Example:
+    frame = user_code.caller(sys._getframe(), stop=block_frame)
+    frame.place, frame.text          # 'resnet.py:268', 'x = self.conv1(x)'
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import sysconfig
+from pathlib import Path
+from typing import NamedTuple
+
+import torch
+
+__all__ = ["Frame", "caller", "place"]
+
+_TORCH = str(Path(torch.__file__).parent) + os.sep
+_STDLIB = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep
+_PACKAGE = str(Path(__file__).parent) + os.sep
+_MODEL_FILES = ("models.py", "planted_models.py")     # the series' own models are a learner's code
+
+
+class Frame(NamedTuple):
+    file: str          # the file's name, without its folder; "cell" for a notebook cell (its file is a temp path)
+    lineno: int
+    function: str
+    text: str          # the source line, stripped
+
+    @property
+    def place(self) -> str:
+        return f"{self.file}:{self.lineno}"
+
+
+def place(filename: str) -> str:
+    """The name a file is shown by: its base name, or "cell" for code typed in a notebook (IPython compiles a
+    cell as a file in a temp folder named after the kernel's pid: nothing of that belongs in a report)."""
+    return "cell" if "ipykernel_" in filename or filename.startswith("<ipython-input") else os.path.basename(filename)
+
+
+def _machinery(filename: str) -> bool:
+    if filename.startswith(_TORCH) or filename.startswith(_STDLIB) or filename.startswith("<frozen"):
+        return True
+    return filename.startswith(_PACKAGE) and not filename.endswith(_MODEL_FILES)
+
+
+_CACHE: dict[tuple, Frame] = {}
+
+
+def caller(frame, stop=None) -> Frame | None:
+    """The innermost frame from `frame` outwards that is the learner's code, or None when there is none before
+    `stop` (the frame that opened the block being watched; itself included when it is the learner's code)."""
+    while frame is not None:
+        code = frame.f_code
+        if not _machinery(code.co_filename):
+            key = (code, frame.f_lineno)
+            found = _CACHE.get(key)
+            if found is None:
+                text = linecache.getline(code.co_filename, frame.f_lineno).strip()
+                found = _CACHE[key] = Frame(place(code.co_filename), frame.f_lineno, code.co_name, text)
+            return found
+        if frame is stop:
+            return None
+        frame = frame.f_back
+    return None
