@@ -49,7 +49,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from nbhelpers import arguments, compilation
+from nbhelpers import arguments, compilation, user_code
 from nbhelpers.compile_report import Break, CompileReport, Entry, FxGraph, FxNode, Guard, Kernel
 
 __all__ = ["capture", "capture_calls", "registry"]   # they return a compile_report.CompileReport; compile_view draws it
@@ -280,12 +280,13 @@ def _breaks(records, reasons) -> tuple[Break, ...]:
         file, lineno = at.group(1), int(at.group(2))
         key = (gb_type, *user[-1][:2]) if user else (gb_type, file, str(lineno))
         entry = found.setdefault(key, {"line": user[-1][2].strip() if user else "", "count": 0, "explain": False,
+                                       "place": f"{user_code.place(user[-1][0])}:{user[-1][1]}" if user else "",
                                        "entry": _record_entry(metadata), **_explained_as(head, known.get(gb_type)),
                                        "where": compilation.place_in_torch(file, lineno)})
         entry["count"] += 1
         entry["explain"] |= (gb_type, file, lineno) in explained
     return tuple(Break(known.get(gb, {}).get("code", ""), gb, e["line"], e["count"], e["explanation"], e["hints"],
-                       e["where"], e["explain"], e["entry"]) for (gb, *_), e in found.items())
+                       e["where"], e["explain"], e["entry"], e["place"]) for (gb, *_), e in found.items())
 
 
 _EXPLANATION = re.compile(r"^  Explanation: (.*?)(?=^  Hint: |^\s*$|\Z)", re.M | re.S)

@@ -63,6 +63,7 @@ class Break:
     where: str = ""            # the break's own place when it lies inside torch, e.g. torch/optim/optimizer.py:78
     in_explain: bool = True    # a graph ended here, so explain lists it; False after an empty graph
     entry: str = ""            # the compiled entry it first happened in
+    place: str = ""            # the user's line's file and number, "model.py:12" ("cell:3" in a notebook)
 
 
 @dataclass(frozen=True)

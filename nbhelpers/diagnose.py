@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import logging
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -134,7 +135,7 @@ def run(model: torch.nn.Module, example_inputs, *, target: torch.Tensor | None =
     compiled = isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
     model = model._orig_mod if compiled else model     # dispatch modes see the eager program, so diagnose that
     lens = _Lenses()
-    with _preserved(model, optimizer), warnings.catch_warnings():
+    with _preserved(model, optimizer), _no_cuda_notice(), warnings.catch_warnings():
         warnings.simplefilter("ignore", eager_only.CompiledRanEagerly)
         held = _storages(model, inputs)
         parts = _measure(model, inputs, target, loss_fn, optimizer, lens, held)
@@ -175,11 +176,13 @@ def _describe(t: torch.Tensor) -> str:
 
 @contextlib.contextmanager
 def _preserved(model: torch.nn.Module, optimizer):
-    """Put back what a training step changes: values of parameters and buffers, gradients, modes, the
-    optimizer's state, the RNG."""
+    """Put back what a training step changes: values of parameters and buffers, the gradient tensors themselves,
+    modes, the optimizer's state, the RNG."""
     tensors = list(model.parameters()) + list(model.buffers())
     values = [t.detach().clone() for t in tensors]
     grads = [(p, p.grad) for p in model.parameters()]
+    for p, _ in grads:
+        p.grad = None           # the step starts from no gradient, and never writes into the learner's tensors
     modes = [(m, m.training) for m in model.modules()]
     state = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
     rng = torch.random.get_rng_state()
@@ -226,8 +229,7 @@ def _measure(model, inputs, target, loss_fn, optimizer, lens: _Lenses, held: set
         return parts
     if step.training:
         agreements += lens("memory vs MemTracker", lambda: _memory_agreements(step), [])
-        agreements += lens("saved bytes vs saved-tensor hooks", lambda: _saved_agreement(model, inputs,
-                                                                                         parts["graph"]), [])
+        agreements += lens("saved bytes vs saved-tensor hooks", lambda: _saved_agreement(step, parts["graph"]), [])
     parts["work"], flop_rows = lens("FLOPs vs FlopCounterMode", lambda: _work(step), ({}, []))
     agreements += flop_rows
     parts["regime"] = lens("regime", lambda: _regime(step))
@@ -271,6 +273,11 @@ class _Step:
             return (f.mse_loss(first, self.target) if self.target.is_floating_point()
                     else f.cross_entropy(first, self.target))
         return first.float().sum()
+
+    def at(self, size: int) -> "_Step":
+        """The same step at another batch size: its inputs and target (their first dimension) re-batched."""
+        target = None if self.target is None else _batch((self.target,), size)[0]
+        return _Step(self.model, _batch(self.inputs, size), target, self.loss_fn, self.optimizer)
 
     def __call__(self, inputs=None) -> None:
         inputs = self.inputs if inputs is None else inputs
@@ -333,10 +340,11 @@ def _step_with(step: _Step, optimizer) -> None:
     optimizer.step()
 
 
-def _saved_agreement(model, inputs, graph) -> list[Agreement]:
-    """The bytes the graph's nodes save (unique storages or not: as `_saved_*` lists them) against what
-    saved-tensor hooks are handed, corrected by the two documented differences (memory.SavedBytes)."""
-    counted, output = memory.saved_bytes_by_module(model, *inputs)
+def _saved_agreement(step: _Step, graph) -> list[Agreement]:
+    """The bytes the graph's nodes save (as `_saved_*` lists them, a tensor saved twice counted twice) against
+    what saved-tensor hooks are handed over the same forward and loss, corrected by the two documented
+    differences (memory.SavedBytes)."""
+    counted, output = memory.saved_bytes_by_module(lambda *inputs: step.loss(step.model(*inputs)), *step.inputs)
     hooks = sum(s.nbytes + s.wrapped_numbers - s.checkpoint_inputs for s in counted.values())
     traced = sum(s.nbytes for n in graph.nodes for s in n.saved)
     del output
@@ -364,11 +372,7 @@ def _batch(inputs: tuple, size: int) -> tuple:
 
 def _regime(step: _Step):
     size = step.inputs[0].shape[0] if step.inputs[0].dim() else 1
-    try:
-        return profiling.regime(lambda n: (lambda: step(_batch(step.inputs, n))), (size, 2 * size),
-                                device=step.inputs[0].device)
-    except ValueError:
-        return None                  # no tensor work, or a step that only runs at its own batch size
+    return profiling.regime(lambda n: step.at(n), (size, 2 * size), device=step.inputs[0].device)
 
 
 def _compile(model, inputs) -> tuple[object, list[Agreement]]:
@@ -401,6 +405,19 @@ def _export(model, inputs) -> tuple[ExportResult, ...]:
         finally:
             torch.compiler.reset()
     return tuple(results)
+
+
+@contextlib.contextmanager
+def _no_cuda_notice():
+    """Importing torch.utils.benchmark or inductor logs "No CUDA runtime is found" where a CUDA toolkit is
+    installed but no GPU: machine noise, not a finding. The logger's level is put back after."""
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @contextlib.contextmanager

@@ -28,8 +28,10 @@ LESSONS = {"error": "12 · error casebook", "device": "00 · environment", "mode
 # kind -> weight: the order above. A finding's own share (of the saved bytes) can lift it within its kind.
 _WEIGHT = {"error": 1.0, "device": 0.95, "mode": 0.9, "recompile": 0.85, "precision": 0.8, "graph-break": 0.8,
            "state": 0.55, "saved-for-backward": 0.5, "export": 0.5, "memory": 0.4, "checkpoint": 0.35, "regime": 0.3}
-_SAVED_SHARE = 0.25          # one tensor holding a quarter of the saved activations...
-_HUGE = 8                    # ...at 8x the largest input or more is worth a finding of its own
+# One saved tensor holding half of the saved activations at 32x the largest input or more is worth a finding of
+# its own: a pairwise (quadratic) intermediate is; a layer's output, a few times the input, is not.
+_SAVED_SHARE = 0.5
+_HUGE = 32
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,9 @@ class Finding:
 def rank(model: torch.nn.Module, inputs: tuple, parts: dict) -> tuple[Finding, ...]:
     """Every finding from the model's state and the measured `parts` of diagnose.run, most important first."""
     found = [*_error(parts), *_devices(model, inputs), *_modes(model), *_precision(model, parts),
-             *_hidden_state(model, inputs), *_compile(parts.get("compile")), *_export(parts.get("export", ())),
-             *_saved(parts), *_memory(parts), *_checkpoint(parts), *_regime(parts.get("regime"))]
+             *_hidden_state(model, inputs), *_compile(parts.get("compile"), parts.get("tracker")),
+             *_export(parts.get("export", ())), *_saved(parts), *_memory(parts), *_checkpoint(parts),
+             *_regime(parts.get("regime"))]
     return tuple(sorted(found, key=lambda f: -f.weight))
 
 
@@ -170,13 +173,20 @@ def _hidden_state(model, inputs) -> list[Finding]:
                     "register_buffer() makes them part of the model", hidden[0][0], _WEIGHT["state"])]
 
 
-def _compile(report) -> list[Finding]:
+def _placed(places: dict[str, str], text: str) -> str:
+    """A line of source as `file:line: text` when the step ran it (Dynamo's reports keep the text only)."""
+    return f"{places[text]}: {text}" if text in places else text
+
+
+def _compile(report, tracker) -> list[Finding]:
     if report is None:
         return []
+    places = {e.frame.text: e.frame.place for e in (tracker.events if tracker else ()) if e.frame}
     found = [Finding("graph-break", f"graph break {b.code or '(no code)'}: {b.gb_type}",
                      f"{b.explanation} ({b.count} time(s) over 4 calls)" + (f"; inside torch at {b.where}"
                                                                            if b.where else ""),
-                     b.line, _WEIGHT["graph-break"] + 0.001 * min(b.count, 9)) for b in report.breaks]
+                     f"{b.place}: {b.line}" if b.place else b.line, _WEIGHT["graph-break"] + 0.001 * min(b.count, 9))
+             for b in report.breaks]
     by_function: dict[str, list] = {}
     for e in report.entries:
         by_function.setdefault(e.function, []).append(e)
@@ -186,7 +196,8 @@ def _compile(report) -> list[Finding]:
             found.append(Finding("recompile", f"{function} compiled {len(entries)} times for 4 batch sizes",
                                  f"each new size failed a guard: {last.failed[0] if last.failed else '?'}; "
                                  "after the first recompile a size should turn dynamic",
-                                 _growing_line(report, entries[-2].id, last.id), _WEIGHT["recompile"]))
+                                 _placed(places, _growing_line(report, entries[-2].id, last.id)),
+                                 _WEIGHT["recompile"]))
     return found
 
 
@@ -199,10 +210,17 @@ def _growing_line(report, before: str, after: str) -> str:
     return changed[0] if changed else ""
 
 
+# strict export traces with Dynamo (torch/export/_trace.py: torch._dynamo.export), which errors on every graph
+# break (torch/_dynamo/eval_frame.py: "Used for fullgraph=True and export"); non-strict export runs the Python
+# forward on fake tensors, which cannot decide a branch on a tensor's value
+_EXPORT_WHY = {True: "strict export traces with Dynamo and allows no graph break",
+               False: "non-strict export runs the forward on fake tensors, which carry no values to branch on"}
+
+
 def _export(results) -> list[Finding]:
     return [Finding("export", f"torch.export ({'strict' if r.strict else 'non-strict'}) fails: {r.error}",
-                    "torch.export needs one graph with no Python side effects; see where it stopped", r.where,
-                    _WEIGHT["export"] - (0 if r.strict else 0.01)) for r in results if not r.ok]
+                    _EXPORT_WHY[r.strict], r.where, _WEIGHT["export"] - (0 if r.strict else 0.01))
+            for r in results if not r.ok]
 
 
 def saved_by_module(graph, held: set[int]) -> dict[str, int]:

@@ -25,6 +25,7 @@ CATEGORIES = ("gradients", "optimizer state", "saved for backward", "forward tem
 _PHASE = {"forward": "forward temporaries", "backward": "backward temporaries", "recompute": "recomputed in backward",
           "optimizer": "optimizer step"}
 MAX_GROUPS = 8                 # modules drawn apart; the rest stack as "other modules"
+_STILL_POINTS = 600            # a still picture needs no more points than it has pixels
 
 
 def _saved_owner(d) -> dict[int, int]:
@@ -122,11 +123,11 @@ def snapshot(d) -> dict:
     made: dict[int, list] = {}
     for a in tracker.allocations:
         made.setdefault(a.op_index, []).append(a)
-    for i, event in enumerate(tracker.events):
+    for i in range(len(tracker.events) + 1):          # freed at len(events): after the last op, in the block
         for a in ends.get(i, ()):
             trace.append(_action("free_completed", a, tracker.events[a.op_index], i))
         for a in made.get(i, ()):
-            trace.append(_action("alloc", a, event, i))
+            trace.append(_action("alloc", a, tracker.events[i], i))
     alive = [a for a in tracker.allocations if a.freed_at is None]
     return {"segments": [_segment(a, tracker.events[a.op_index]) for a in alive], "device_traces": [trace],
             "allocator_settings": {}}
@@ -164,6 +165,9 @@ def render_svg(timeline: dict, width: int = 720, height: int = 160) -> str:
     """The stacked timeline by category as a still SVG (what a viewer without widgets shows)."""
     stacked, names = series(timeline), list(timeline["categories"])
     n, peak = len(timeline["live"]), max(timeline["peak"], 1)
+    every = max(1, -(-n // _STILL_POINTS))
+    stacked = {name: values[::every] for name, values in stacked.items()}
+    n = len(next(iter(stacked.values()), []))
     below = [0] * n
     shapes = []
     for k, name in enumerate(names):

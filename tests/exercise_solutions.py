@@ -352,6 +352,44 @@ def sigmoid_then_double_in_place(x):
     return y.sum()
 
 
+# 13 · diagnose your own model ----------------------------------------------------------------
+
+def scale_rows(y):
+    return y * torch.arange(1, y.shape[0] + 1, dtype=y.dtype, device=y.device)[:, None]
+
+
+def scale_rows_by_loop(y):
+    return torch.stack([y[i] * (i + 1) for i in range(y.shape[0])])
+
+
+def scale_rows_from_a_list(y):
+    return y * torch.tensor([i + 1 for i in range(y.shape[0])], dtype=y.dtype)[:, None]
+
+
+def scale_rows_from_zero(y):
+    return y * torch.arange(y.shape[0], dtype=y.dtype)[:, None]
+
+
+def pair_logits(h, weight, bias):
+    k, d = weight.shape[0], h.shape[1]
+    u = torch.nn.functional.linear(h, weight.view(k * d, d)).view(-1, k, d)    # a view of the weight: no copy
+    return (u * h[:, None, :]).sum(-1) + bias
+
+
+def pair_logits_by_outer_product(h, weight, bias):
+    return torch.nn.functional.linear((h[:, :, None] * h[:, None, :]).flatten(1), weight, bias)
+
+
+def pair_logits_by_einsum(h, weight, bias):
+    k, d = weight.shape[0], h.shape[1]
+    return torch.einsum("bi,kij,bj->bk", h, weight.view(k, d, d), h) + bias      # saves a copy of the weight
+
+
+def pair_logits_without_bias(h, weight, bias):
+    k, d = weight.shape[0], h.shape[1]
+    return (torch.nn.functional.linear(h, weight.view(k * d, d)).view(-1, k, d) * h[:, None, :]).sum(-1)
+
+
 # id -> (reference solution, wrong answer, a phrase the wrong answer's FAIL line must contain)
 
 # Small mutants of the references, and answers the first judges let through (issue 19) -----------
@@ -845,6 +883,8 @@ CASES = {
     "11.2": (backward_cube, backward_cube_missing_square, "differs from finite differences"),
     "12.1": (EXCEPTIONS, EXCEPTIONS_ALL_RUNTIME, "'index 5 of a 3-element tensor': you said RuntimeError"),
     "12.2": (sigmoid_then_double, sigmoid_then_double_in_place, "modified by an inplace operation"),
+    "13.1": (scale_rows, scale_rows_by_loop, "diagnose still finds [recompile]"),
+    "13.2": (pair_logits, pair_logits_by_outer_product, "diagnose still finds [saved-for-backward]"),
 }
 
 
@@ -913,6 +953,9 @@ MORE_WRONG = {
     "11.2": [(backward_cube_ignoring_grad, "differs from finite differences")],
     "12.1": [(EXCEPTIONS_AS_STRINGS, "give the exception class itself")],
     "12.2": [(sigmoid_then_double_via_data, "the gradient differs from 2 * sigmoid(x)")],
+    "13.1": [(scale_rows_from_a_list, "diagnose still finds [recompile]"), (scale_rows_from_zero, "row i is not")],
+    "13.2": [(pair_logits_by_einsum, "diagnose still finds [saved-for-backward]"),
+             (pair_logits_without_bias, "the logits differ")],
 }
 
 

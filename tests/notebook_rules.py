@@ -172,12 +172,14 @@ AGREEMENTS = {
     "memory.saved_bytes_by_module": {"memory.saved_bytes_by_module"},
     "compile_lens.capture": {"compile_lens.capture", "compile_lens.capture_calls"},
     "profiling.work": {"profiling.work", "profiling.regime"},
+    "diagnose.run": {"diagnose.run"},
 }
 OFFICIAL = {
     "memory.track": {"memory_agreement.against_memtracker", "DebugMode"},  # MemTracker runs inside the former
     "memory.saved_bytes_by_module": {"autograd_graph.trace"},              # reads each grad_fn's _saved_* attributes
     "compile_lens.capture": {"torch._dynamo.explain"},
     "profiling.work": {"FlopCounterMode"},
+    "diagnose.run": {"FlopCounterMode", "memory_agreement.against_memtracker", "torch._dynamo.explain"},
 }
 
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from nbhelpers import (autograd_graph, compilation, compile_lens, eager_only, forward_graph, graph_view, memory,
-                       memory_agreement, module_scope, profiling, storage)
+from nbhelpers import (autograd_graph, compilation, compile_lens, diagnose, eager_only, forward_graph, graph_view,
+                       memory, memory_agreement, module_scope, profiling, storage)
 
 
 def _model():
@@ -113,7 +113,8 @@ def test_a_compiled_module_runs_compiled_after_the_instrument(compiled, name):
 
 
 LENSES = {"compile_lens.capture": lambda model, x: compile_lens.capture(model, x, kernels=False),
-          "compilation.find_breaks": lambda model, x: compilation.find_breaks(model, x)}
+          "compilation.find_breaks": lambda model, x: compilation.find_breaks(model, x),
+          "diagnose.run": lambda model, x: diagnose.run(model, x)}
 
 
 @pytest.mark.parametrize("name", LENSES)

@@ -4,7 +4,7 @@ The public calls are `check`, `grade` and `progress`. A judge runs the learner's
 torch, on the CPU and on inputs of its own (at least 25 for an answer that is code), so a verdict is the
 same on every machine. `registry` holds the mechanism (registering a judge, grading, the kit judges are
 written with); the judges are grouped by the idea they test, in tensors, autograd, modules, batches,
-compiler, low_precision, profiler and failures, each module's docstring naming its exercises. Reference
+compiler, low_precision, profiler, failures and diagnosis, each module's docstring naming its exercises. Reference
 solutions and wrong answers are in tests/exercise_solutions.py; the tests prove each exercise can be passed
 and can be failed.
 
@@ -19,7 +19,8 @@ Example:
 from __future__ import annotations
 
 # importing the judges registers them
-from nbhelpers.exercises import autograd, batches, compiler, failures, low_precision, modules, profiler, tensors  # noqa: F401
+from nbhelpers.exercises import (autograd, batches, compiler, diagnosis, failures, low_precision, modules,  # noqa: F401
+                                 profiler, tensors)
 from nbhelpers.exercises.registry import EXERCISES, NOT_ANSWERED, Verdict, grade
 
 __all__ = ["Verdict", "grade", "check", "progress"]

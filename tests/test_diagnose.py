@@ -1,0 +1,263 @@
+"""diagnose.run on models nobody here wrote and on models with one planted problem each: every number it checks
+against PyTorch's own tools agrees, each planted problem is in the top three findings with its place, the model
+is left as it was, the timeline adds up and its snapshot is one torch.cuda._memory_viz reads, and the CLI says
+what to fix."""
+import json
+import pickle
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+from torch.cuda import _memory_viz
+
+from nbhelpers import diagnose, diagnosis_view, memory_timeline, planted_models
+from tests import REPO
+from tests.test_unseen_models import ARCHITECTURES, Recurrent
+
+
+class TwoBreaks(nn.Module):
+    """Two graph breaks in one forward: a print, and a branch on a value."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(6, 6), nn.Linear(6, 3)
+
+    def forward(self, x):
+        h = self.a(x).relu()
+        print("", end="")                               # break one
+        if h.sum() > 0:                                 # break two: a branch on a tensor
+            h = h * 2
+        return self.b(h)
+
+
+# six architectures the notebooks never use: torchvision, recurrent, attention, depthwise, tied, two breaks
+UNSEEN = {"squeezenet": ARCHITECTURES["squeezenet"], "lstm": (lambda: Recurrent(nn.LSTM), ARCHITECTURES["lstm"][1]),
+          "transformer_layer": ARCHITECTURES["transformer_layer"], "depthwise": ARCHITECTURES["depthwise"],
+          "tied_weights": ARCHITECTURES["tied_weights"], "two_breaks": (TwoBreaks, lambda: torch.rand(4, 6))}
+TOOLS = {"MemTracker", "FlopCounterMode", "torch._dynamo.explain", "saved_tensors_hooks"}
+
+
+@pytest.fixture(scope="module")
+def unseen():
+    found = {}
+    for name, (make, example) in UNSEEN.items():
+        torch.manual_seed(0)
+        found[name] = diagnose.run(make(), example())
+    return found
+
+
+@pytest.mark.parametrize("name", UNSEEN)
+def test_every_agreement_holds_on_a_model_nobody_here_wrote(unseen, name):
+    d = unseen[name]
+    assert not d.error and not d.unchecked, (d.error, d.unchecked)
+    assert {a.tool for a in d.agreements} == TOOLS
+    assert [a for a in d.agreements if not a.agrees] == []
+    assert d.graph is not None and d.forward is not None and d.compile is not None and len(d.export) == 2
+
+
+def test_two_breaks_are_two_findings_at_their_lines(unseen):
+    breaks = [f for f in unseen["two_breaks"].findings if f.kind == "graph-break"]
+    assert sorted(f.where.split(": ", 1)[1] for f in breaks) == ['if h.sum() > 0:                                 # '
+                                                               'break two: a branch on a tensor',
+                                                               'print("", end="")                               # '
+                                                               'break one']
+    assert all(f.where.startswith("test_diagnose.py:") for f in breaks)
+    assert next(a for a in unseen["two_breaks"].agreements if a.name == "graph breaks (one call)").ours == 2
+
+
+PLACES = {"item": ".item() > 0.5", "outer product": "h[:, :, None] * h[:, None, :]", "float32 copy": "reference",
+          "loop over batch": "range(x.shape[0])", "dropout left on": "DropoutLeftOn.drop",
+          "buffer elsewhere": "BufferElsewhere.mask"}
+
+
+@pytest.mark.parametrize("name", planted_models.PLANTED)
+def test_each_planted_problem_is_in_the_top_three_findings_with_its_place(name):
+    make, example, kind = planted_models.PLANTED[name]
+    torch.manual_seed(0)
+    d = diagnose.run(make(), example())
+    top = [f for f in d.findings[:3] if f.kind == kind]
+    assert top, [f"{f.kind}: {f.title}" for f in d.findings]
+    assert PLACES[name] in top[0].where
+    assert [a for a in d.agreements if not a.agrees] == []
+
+
+def test_the_fixed_model_has_none_of_the_planted_findings():
+    torch.manual_seed(0)
+    d = diagnose.run(planted_models.Fixed(), torch.randn(8, 32))
+    assert {f.kind for f in d.findings} <= {"memory", "checkpoint", "regime"}
+
+
+def _flat(state: dict) -> list:
+    """An optimizer's state_dict as plain numbers, to compare by value."""
+    return [(k, name, v.tolist() if isinstance(v, torch.Tensor) else v)
+            for k, entry in sorted(state["state"].items()) for name, v in sorted(entry.items())] + [state["param_groups"]]
+
+
+def test_the_model_the_optimizer_and_the_rng_are_left_as_they_were():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.Dropout(0.2), nn.Linear(8, 2))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    x = torch.randn(5, 6)
+    model(x).sum().backward()
+    optimizer.step()                                           # state exists, and gradients are kept
+    grads = [p.grad for p in model.parameters()]
+    before = ({k: v.clone() for k, v in model.state_dict().items()}, [g.clone() for g in grads],
+              _flat(optimizer.state_dict()), torch.random.get_rng_state())
+    model[2].eval()
+    d = diagnose.run(model, x, optimizer=optimizer)
+    assert not d.error and "Adam.step()" in d.step
+    assert all(torch.equal(v, before[0][k]) for k, v in model.state_dict().items())
+    assert all(p.grad is g and torch.equal(g, kept) for p, g, kept in zip(model.parameters(), grads, before[1]))
+    assert _flat(optimizer.state_dict()) == before[2]
+    assert torch.equal(torch.random.get_rng_state(), before[3])
+    assert model.training and not model[2].training
+
+
+def test_a_compiled_model_is_diagnosed_as_the_eager_module_it_wraps():
+    torch.manual_seed(0)
+    d = diagnose.run(torch.compile(planted_models.Fixed()), torch.randn(8, 32))
+    assert d.model == "Fixed" and "model._orig_mod" in d.step and all(a.agrees for a in d.agreements)
+    torch.compiler.reset()
+
+
+def test_a_model_in_eval_mode_is_diagnosed_for_inference():
+    torch.manual_seed(0)
+    d = diagnose.run(planted_models.Fixed().eval(), torch.randn(8, 32))
+    assert d.step.startswith("inference") and d.graph is None and d.tracker.events
+    assert {e.phase for e in d.tracker.events} == {"forward"}
+
+
+def test_a_lens_that_cannot_run_says_why_instead_of_raising():
+    torch.manual_seed(0)
+    d = diagnose.run(nn.EmbeddingBag(20, 8, sparse=True), torch.randint(0, 20, (3, 5)))
+    assert any(text.startswith("memory vs MemTracker: ValueError") for text in d.unchecked)
+    assert "not checked: memory vs MemTracker" in d.summary()
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda: diagnose.run(lambda x: x, torch.ones(2)), TypeError, "`model`"),
+    (lambda: diagnose.run(planted_models.Fixed(), [torch.ones(2, 32)]), TypeError, "`example_inputs`"),
+    (lambda: diagnose.run(planted_models.Fixed(), torch.ones(2, 32), target=[1, 2]), TypeError, "`target`"),
+    (lambda: diagnose.run(planted_models.Fixed(), torch.ones(2, 32), loss_fn="mse"), TypeError, "`loss_fn`"),
+    (lambda: diagnose.run(planted_models.Fixed(), torch.ones(2, 32), optimizer="sgd"), TypeError, "`optimizer`"),
+    (lambda: diagnosis_view.summary(None, top=0), ValueError, "`top`"),
+])
+def test_a_wrong_call_says_what_to_pass(call, error, words):
+    with pytest.raises(error, match=words):
+        call()
+
+
+@pytest.fixture(scope="module")
+def outer():
+    torch.manual_seed(0)
+    return diagnose.run(planted_models.OuterProduct(), torch.randn(8, 32))
+
+
+def test_the_timeline_adds_up_to_the_live_bytes_by_category_and_by_module(outer):
+    state = memory_timeline.state(outer)
+    for by in ("category", "module"):
+        stacked = memory_timeline.series(state, by)
+        assert all(sum(v[i] for v in stacked.values()) == e.live_bytes for i, e in enumerate(outer.tracker.events))
+
+
+def test_a_forward_op_is_held_by_the_node_that_saved_its_bytes_and_a_backward_op_by_the_node_running(outer):
+    state, graph = memory_timeline.state(outer), outer.graph
+    for e in outer.tracker.events:
+        node = state["node"][e.index]
+        if e.phase == "backward":
+            assert node >= 0 and node in outer.nodes.values()
+        elif node >= 0:
+            made = {a.key for a in outer.tracker.allocations if a.op_index == e.index}
+            assert made & {s.storage_ptr for s in graph.nodes[node].saved}, e
+
+
+def test_the_browser_stacks_the_timeline_as_python_does(outer, tmp_path):
+    from tests.test_graph_layout_js import _node
+    from nbhelpers import graph_view
+
+    state = memory_timeline.state(outer)
+    (tmp_path / "esm.mjs").write_text(graph_view.esm_source())
+    (tmp_path / "driver.mjs").write_text(
+        'import * as gv from "./esm.mjs";\nimport { readFileSync } from "fs";\n'
+        'const tl = JSON.parse(readFileSync(0, "utf8"));\n'
+        'const out = {};\nfor (const by of ["category", "module"]) { const s = gv.timelineSeries(tl, by); '
+        'out[by] = Object.fromEntries(s.names.map((n, k) => [n, s.values[k]])); }\n'
+        'process.stdout.write(JSON.stringify(out));\n')
+    done = subprocess.run([_node(), "driver.mjs"], cwd=tmp_path, input=json.dumps(state), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {by: memory_timeline.series(state, by) for by in ("category", "module")}
+
+
+def test_the_snapshot_is_one_torchs_memory_viz_reads(outer, tmp_path):
+    outer.save_snapshot(tmp_path / "step.pickle")
+    snapshot = pickle.loads((tmp_path / "step.pickle").read_bytes())
+    trace = snapshot["device_traces"][0]
+    assert _memory_viz.trace(snapshot).splitlines()[1] == f"{len(trace)} entries"
+    assert "segments: " in _memory_viz.segsum(snapshot)
+    flame = _memory_viz.memory(snapshot, format_flamegraph=lambda lines: lines)      # no flamegraph.pl download
+    assert "planted_models.py" in flame
+    assert sum(s["total_size"] for s in snapshot["segments"]) == outer.tracker.live_bytes
+    made = [e["size"] for e in trace if e["action"] == "alloc"]
+    assert sum(made) == sum(a.nbytes for a in outer.tracker.allocations)
+    assert "snapshot.pickle" in _memory_viz.trace_plot(snapshot)                        # the viewer's own page
+
+
+def test_the_page_is_one_file_under_a_megabyte_that_asks_for_nothing(tmp_path):
+    import torchvision
+
+    torch.manual_seed(0)
+    d = diagnose.run(torchvision.models.resnet18(num_classes=10), torch.randn(2, 3, 64, 64))
+    d.save_html(tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text()
+    assert len(page.encode()) <= diagnosis_view.MAX_PAGE_BYTES
+    assert "default-src 'none'" in page and " src=" not in page and " href=" not in page and "<link" not in page
+    data = json.loads(page.split('id="report-data">', 1)[1].split("</script>", 1)[0])
+    assert len(data["widgets"]) == 2 and data["widgets"][0]["timeline"]
+
+
+def test_a_hostile_name_in_the_data_cannot_end_the_script(tmp_path):
+    model = nn.Sequential()
+    model.add_module("</script><img src=x onerror=alert(1)>", nn.Linear(3, 3))
+    model.add_module("@CODE@", nn.Tanh())
+    d = diagnose.run(model, torch.randn(2, 3))
+    d.save_html(tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("</script>") == 2 and "<img" not in page.split('id="report-data">', 1)[1].split("</script>")[0]
+
+
+def _cli(tmp_path, *args):
+    return subprocess.run([sys.executable, "-m", "nbhelpers", "diagnose", *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+
+
+def test_the_cli_prints_the_top_findings_and_writes_the_page_and_the_snapshot(tmp_path):
+    done = _cli(tmp_path, "nbhelpers.planted_models:ItemInForward", "--input", "8x32", "--target", "10",
+                "--top", "2", "--out", "report.html", "--snapshot", "step.pickle")
+    assert done.returncode == 0, done.stderr
+    assert "loss = cross_entropy(output, target)" in done.stdout and "1. [graph-break]" in done.stdout
+    assert (tmp_path / "report.html").is_file() and (tmp_path / "step.pickle").is_file()
+
+
+def test_the_cli_writes_what_it_measured_when_the_forward_raises(tmp_path):
+    done = _cli(tmp_path, "nbhelpers.planted_models:BufferElsewhere", "--input", "8x32", "--out", "report.html")
+    assert done.returncode == 1
+    assert "the step raised RuntimeError" in done.stdout and "2. [device]" in done.stdout
+    assert "BufferElsewhere.mask" in (tmp_path / "report.html").read_text()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["nowhere_at_all:build", "--input", "2x3"], "cannot import 'nowhere_at_all'"),
+    (["nbhelpers.planted_models", "--input", "2x3"], "is not MODULE:FACTORY"),
+    (["nbhelpers.planted_models:Nothing", "--input", "2x3"], "has no function 'Nothing'"),
+    (["builtins:dict", "--input", "2x3"], "returned dict, not a torch.nn.Module"),
+    (["torch.nn:Linear", "--input", "2x3"], "raised TypeError"),
+    (["nbhelpers.planted_models:Fixed", "--input", "8xthirty"], "--input '8xthirty' is not a shape"),
+    (["nbhelpers.planted_models:Fixed", "--input", "8x32", "--dtype", "float33"], "is not a torch dtype"),
+])
+def test_the_cli_refuses_a_bad_command_line_with_what_to_fix(tmp_path, args, words):
+    done = _cli(tmp_path, *args)
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+    assert not (tmp_path / "report.html").exists()
