@@ -52,9 +52,7 @@ def _graph_data(d):
     return forward_view.twin(d.forward)[0] if d.forward is not None and d.forward.ops else None
 
 
-def show(d):
-    """The memory timeline above the step's backward graph (the forward graph when there was no backward): hover
-    for the op and the learner's line, click to select the node that holds the bytes."""
+def _timeline_and_graph(d) -> tuple:
     data = _graph_data(d)
     if data is None or d.tracker is None:
         raise ValueError(f"Diagnosis.show: nothing ran to draw ({d.error or 'no op was recorded'}); fix the error "
@@ -62,22 +60,31 @@ def show(d):
     timeline = memory_timeline.state(d)
     if d.graph is None:
         timeline["node"] = [-1] * len(timeline["node"])     # no backward node holds anything
+    return data, timeline
+
+
+def show(d):
+    """The memory timeline above the step's backward graph (the forward graph when there was no backward): hover
+    for the op and the learner's line, click to select the node that holds the bytes."""
+    data, timeline = _timeline_and_graph(d)
     return graph_view.show(data, timeline=timeline)
 
 
-def _twin(d):
-    if d.forward is None or not d.forward.ops:
-        return None
-    return graph_view.show_twin(d.forward)
-
-
-def _widget_state(widget) -> dict:
-    return {"graph": widget.graph, "other": widget.other, "expanded": list(widget.expanded),
-            "selected": widget.selected, "step": widget.step, "timeline": widget.timeline}
+def _widget_states(d) -> list[tuple[str, dict]]:
+    """(caption, traits) of each view the page shows; traits only: no widget is made (one made in a kernel
+    would be stored with the notebook)."""
+    states = []
+    if d.tracker is not None and _graph_data(d) is not None:
+        data, timeline = _timeline_and_graph(d)
+        states.append((f"Memory over the step, above the {'backward' if d.graph is not None else 'forward'} graph",
+                       graph_view.traits(data, timeline=timeline)))
+    if d.forward is not None and d.forward.ops:
+        states.append(("The forward graph beside the backward graph it built", graph_view.twin_traits(d.forward)))
+    return states
 
 
 def _data(d) -> dict:
-    widgets = [w for w in (show(d) if d.tracker is not None and _graph_data(d) is not None else None, _twin(d)) if w]
+    views = _widget_states(d)
     return {"title": f"Diagnosis of {d.model}", "subtitle": f"{', '.join(d.inputs)} · {d.step}",
             "error": f"the step raised {d.error}" + (f" at {d.error_where}" if d.error_where else "") if d.error else "",
             "findings": [{"kind": f.kind, "title": f.title, "evidence": f.evidence, "where": f.where,
@@ -85,10 +92,7 @@ def _data(d) -> dict:
             "agreements": [{"name": a.name, "ours": a.ours, "theirs": a.theirs, "tool": a.tool, "agrees": a.agrees}
                            for a in d.agreements],
             "unchecked": list(d.unchecked),
-            "widgets": [_widget_state(w) for w in widgets],
-            "captions": ["Memory over the step, above the backward graph" if d.graph is not None
-                         else "Memory over the step, above the forward graph",
-                         "The forward graph beside the backward graph it built"][:len(widgets)]}
+            "widgets": [state for _, state in views], "captions": [caption for caption, _ in views]}
 
 
 def _script_safe(data: dict) -> str:

@@ -218,17 +218,28 @@ def show(data: GraphData, selected: int | None = None, expanded=None, *, timelin
 
     `selected`, `step` and `expanded` are traits: a later cell reads what the learner clicked and opened.
     """
-    shown = _view("graph_view.show", data, expanded)
-    if selected is not None:
-        _check_node("graph_view.show", "selected", selected, len(data.nodes))
-    widget = _widget_class()(graph=_text(_state(data, shown.expanded)), expanded=sorted(shown.expanded),
-                             selected=-1 if selected is None else selected,
-                             timeline=_text(timeline) if timeline else "")
-    widget._sides = ((data, shown),)
+    traits, sides = _show_traits(data, selected, expanded, timeline)
+    widget = _widget_class()(**traits)
+    widget._sides = sides
     if timeline:
         from nbhelpers import memory_timeline
         widget._above = memory_timeline.render_svg(timeline)
     return widget
+
+
+def traits(data: GraphData, selected: int | None = None, expanded=None, *, timeline: dict | None = None) -> dict:
+    """The traits `show` gives its widget (graph, other, selected, step, expanded, timeline), as a page without a
+    kernel keeps them, and no widget made: a widget made in a kernel is stored with the notebook."""
+    return {"other": "", "step": -1, **_show_traits(data, selected, expanded, timeline)[0]}
+
+
+def _show_traits(data, selected, expanded, timeline) -> tuple[dict, tuple]:
+    shown = _view("graph_view.show", data, expanded)
+    if selected is not None:
+        _check_node("graph_view.show", "selected", selected, len(data.nodes))
+    return ({"graph": _text(_state(data, shown.expanded)), "expanded": sorted(shown.expanded),
+             "selected": -1 if selected is None else selected, "timeline": _text(timeline) if timeline else ""},
+            ((data, shown),))
 
 
 def show_diff(d, titles: tuple[str, str] | None = None):
@@ -251,6 +262,17 @@ def show_twin(fg, expanded=None):
     saved; a click on a backward node selects the op that made it. Edges of the forward graph carry the
     tensors' shapes; hovering shows an op's shapes. A forward that raised is drawn alone, up to the failing op
     (in red), its error in the title. `expanded` (module paths) opens the same modules on both sides."""
+    return _paned_widget(*_twin_panes(fg, expanded))
+
+
+def twin_traits(fg, expanded=None) -> dict:
+    """The traits `show_twin` gives its widget, with no widget made (see `traits`)."""
+    sides, states = _twin_panes(fg, expanded)
+    return {"graph": _text(states[0]), "other": _text(states[1]) if len(states) > 1 else "", "selected": -1,
+            "step": -1, "expanded": sorted(sides[0][1].expanded), "timeline": ""}
+
+
+def _twin_panes(fg, expanded) -> tuple[tuple, list[dict]]:
     from nbhelpers import forward_graph, forward_view
 
     arguments.require("graph_view.show_twin", "fg", fg, forward_graph.ForwardGraph,
@@ -260,7 +282,7 @@ def show_twin(fg, expanded=None):
     states[0]["lit"] = [[node, list(lit)] for node, lit in saved_by]
     if len(states) > 1:
         states[1]["matched"] = [list(pair) for pair in pairs]
-    return _paned_widget(sides, states)
+    return sides, states
 
 
 def _panes(datas, expanded=None) -> tuple[tuple, list[dict]]:

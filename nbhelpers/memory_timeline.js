@@ -7,7 +7,7 @@ const TL_W = 720, TL_H = 150, TL_PAD = 8;
 const TL_CSS = `
 .gv-tl { margin: 4px 0 8px; }
 .gv-tl-head { display: flex; gap: 8px; align-items: center; flex-wrap: wrap; font-weight: bold; }
-.gv-tl-head button[aria-pressed="true"] { background: var(--gv-match); color: #fff; }
+.gv-tl-head button[aria-pressed="true"] { background: var(--gv-match); color: var(--gv-bg); }
 .gv-tl-chart { width: 100%; height: ${TL_H}px; display: block; border: 1px solid var(--gv-border); cursor: crosshair; }
 .gv-tl-cursor { stroke: var(--gv-sel); stroke-width: 1.5; }
 .gv-tl-info { min-height: 1.5em; font-family: monospace; font-size: 12px; white-space: pre-wrap; }
@@ -46,7 +46,7 @@ class Timeline {
     });
     this.chart = svg("svg", { class: "gv-tl-chart", viewBox: `0 0 ${TL_W} ${TL_H}`, preserveAspectRatio: "none",
       tabindex: 0, role: "slider", "aria-label": "memory timeline: arrow keys move along the ops, Enter selects the node that holds the bytes",
-      "aria-valuemin": 0, "aria-valuemax": Math.max(0, tl.live.length - 1) }, root);
+      "aria-valuemin": 0, "aria-valuemax": Math.max(0, tl.live.length - 1), "aria-valuenow": 0 }, root);
     this.key = tag("div", undefined, root, "gv-legend");
     this.text = tag("div", "Hover the timeline for an op; click it to select the node that holds its bytes.", root, "gv-tl-info");
     this.text.setAttribute("aria-live", "polite");

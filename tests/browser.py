@@ -271,3 +271,33 @@ AXE_SERIOUS = """async () => {
     }
     return found;
 }"""
+
+
+def check_timeline(view, line: str) -> str:
+    """A diagnosis view (Diagnosis.show): the keyboard walks the timeline until the op at `line` (a fragment of
+    the learner's line) made bytes a backward node holds; Enter selects that node in the graph below, opening
+    its modules; hovering the far right shows a backward op; "by module" restacks the legend. Returns the
+    selected node's label."""
+    info, chart = view.locator(".gv-tl-info"), view.locator(".gv-tl-chart")
+    chart.focus()
+    view.page.keyboard.press("Home")
+    for _ in range(int(chart.get_attribute("aria-valuemax")) + 1):
+        text = info.inner_text()
+        if line in text and "held by node" in text:
+            break
+        view.page.keyboard.press("ArrowRight")
+    assert line in text and "held by node" in text, text
+    label = text.split("held by node ", 1)[1].split(": ", 1)[1].split(" (click", 1)[0]
+    view.page.keyboard.press("Enter")
+    assert "(selected below)" in info.inner_text()
+    assert view.locator("g.gv-box.gv-selected").count() == 1 and selected_label(view) == label
+    assert f"{label} (node " in view.locator(".gv-details").inner_text()
+    box = chart.bounding_box()
+    chart.hover(position={"x": box["width"] * 0.97, "y": box["height"] / 2})
+    assert info.inner_text().startswith("op ") and "(backward, " in info.inner_text(), info.inner_text()
+    before = view.locator(".gv-tl .gv-legend").inner_text()
+    view.locator(".gv-tl-by-module").click()
+    assert view.locator(".gv-tl-by-module").get_attribute("aria-pressed") == "true"
+    assert view.locator(".gv-tl .gv-legend").inner_text() != before and "gradients" not in \
+        view.locator(".gv-tl .gv-legend").inner_text()
+    return label

@@ -251,6 +251,14 @@ def test_graph_view_interactions_in_jupyterlab(page, lab):
     print("browser timings (s):", {k: round(v, 3) for k, v in timings.items()})
 
 
+@pytest.mark.browser
+def test_a_diagnosis_timeline_selects_the_node_holding_the_bytes_in_jupyterlab(page, lab):
+    open_notebook(page, lab, "13_diagnose_your_model.ipynb")
+    view = _graph_views(page).first                                   # the outer product's, from the stored state
+    view.locator(".gv-tl-chart").wait_for(timeout=60_000)
+    assert browser.check_timeline(view, "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
+
+
 def test_make_lab_saves_widget_state_by_default(lab):
     with _DIRECT.open(f"{lab['base']}/lab/api/settings/@jupyter-widgets/jupyterlab-manager:plugin"
                       f"?token={lab['token']}", timeout=30) as response:
@@ -329,7 +337,8 @@ def test_views_follow_jupyterlabs_theme_and_axe_finds_nothing_serious_in_either(
 
 
 @pytest.mark.browser
-@pytest.mark.parametrize("notebook", ["05_compile_backends", "10_save_and_export", "11_custom_ops"])
+@pytest.mark.parametrize("notebook", ["05_compile_backends", "10_save_and_export", "11_custom_ops",
+                                      "13_diagnose_your_model"])
 def test_every_label_inside_its_box_at_10_px_in_the_stored_views(page, lab, notebook):
     open_notebook(page, lab, f"{notebook}.ipynb")
     stored = sum(1 for _ in browser.stored_panes(REPO / "notebooks" / f"{notebook}.ipynb"))

@@ -11,7 +11,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from nbhelpers._tools import notebook_tools
 from tests import REPO, browser
 
-SERIES = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))     # all 13: every page is checked
+SERIES = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))     # all 14: every page is checked
 SCREENSHOTS = REPO / "build" / "screenshots"
 COMPILE_NB = REPO / "notebooks" / "05_compile_backends.ipynb"
 CUSTOM_OPS_NB = REPO / "notebooks" / "11_custom_ops.ipynb"
@@ -157,7 +157,16 @@ def test_graph_views_respond_offline_in_the_static_site(page, served):
     browser.check_twin(views.nth(at["twin"]), *browser.TWIN_02)
 
 
-PAGES_WITH_VIEWS = ["02_autograd_graph", "05_compile_backends", "10_save_and_export", "11_custom_ops"]
+@pytest.mark.browser
+def test_a_diagnosis_timeline_selects_the_node_holding_the_bytes_offline(page, served):
+    page.goto(f"{served}/13_diagnose_your_model.html")
+    view = page.locator(".gv").first
+    view.locator(".gv-tl-chart").wait_for(timeout=60_000)
+    assert browser.check_timeline(view, "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
+
+
+PAGES_WITH_VIEWS = ["02_autograd_graph", "05_compile_backends", "10_save_and_export", "11_custom_ops",
+                    "13_diagnose_your_model"]
 
 
 @pytest.mark.browser
@@ -188,7 +197,7 @@ def test_axe_finds_nothing_serious_in_the_views_on_any_page(page, served, site, 
                 page.locator(".gv, .jupyter-widgets").first.wait_for(timeout=60_000)
             page.add_script_tag(path=str(axe))
             found[path.stem] = page.evaluate(browser.AXE_SERIOUS)
-    assert len(found) == 13 and not any(found.values()), {k: v for k, v in found.items() if v}
+    assert len(found) == len(SERIES) and not any(found.values()), {k: v for k, v in found.items() if v}
 
 
 @pytest.mark.browser

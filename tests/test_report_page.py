@@ -1,0 +1,70 @@
+"""The page Diagnosis.save_html writes, opened from file:// in Chromium with every request blocked: the findings
+and agreements are there as text, the timeline answers hover, keys and clicks by selecting the node that holds
+the bytes, the twin view answers clicks, every label sits in its box at 10 px or more, and a hostile module name
+stays text."""
+import contextlib
+
+import pytest
+import torch
+from torch import nn
+
+from nbhelpers import diagnose, planted_models
+from tests import REPO, browser
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    root = tmp_path_factory.mktemp("report")
+    torch.manual_seed(0)
+    diagnose.run(planted_models.OuterProduct(), torch.randn(8, 32)).save_html(root / "outer.html")
+    hostile = nn.Sequential()
+    hostile.add_module("<img src=x onerror=alert(1)>", nn.Linear(3, 3))     # no dot: a legal name
+    diagnose.run(hostile, torch.randn(2, 3)).save_html(root / "hostile.html")
+    return root
+
+
+@contextlib.contextmanager
+def _opened(path, scheme: str = "light"):
+    """The page at `path`, rendered; every request but the page's own file is aborted, and must not happen."""
+    with browser.local_page(path.as_uri()) as (page, blocked):
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.emulate_media(color_scheme=scheme)
+        page.goto(path.as_uri())
+        page.wait_for_selector("body[data-ready=true]", timeout=60_000)
+        yield page
+    assert not blocked and not errors, (blocked, errors)
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_saved_page_answers_clicks_from_a_file_with_no_network(pages, scheme):
+    with _opened(pages / "outer.html", scheme) as page:
+        _check_outer(page, scheme)
+
+
+def _check_outer(page, scheme: str) -> None:
+    first = page.locator("#findings li").first.inner_text()
+    assert first.startswith("saved-for-backward") and "planted_models.py:39" in first
+    assert page.locator("#agreement-count").inner_text() == "14 of 14 numbers agree."
+    views = page.locator(".gv")
+    assert views.count() == 2
+    assert browser.check_timeline(views.nth(0), "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
+    twin = views.nth(1)
+    browser.click_label(twin.locator(".gv-pane").nth(0), "tanh", 0)
+    assert browser.selected_label(twin.locator(".gv-pane").nth(1)) == "TanhBackward0"
+    print(f"{browser.check_labels_fit(page)} labels inside their boxes at 10 px or more")
+    page.add_script_tag(path=str(REPO / "node_modules" / "axe-core" / "axe.min.js"))    # inlined: no request
+    assert page.evaluate(browser.AXE_SERIOUS) == []
+    whole = page.evaluate("""async () => (await axe.run(document, { resultTypes: ["violations"] })).violations
+        .filter((v) => ["serious", "critical"].includes(v.impact)).map((v) => `${v.id}: ${v.nodes[0].target}`)""")
+    assert whole == []
+    dark = page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(30, 30, 30)"
+    assert dark == (scheme == "dark") and (views.nth(0).evaluate("v => v.classList.contains('gv-dark')") == dark)
+
+
+@pytest.mark.browser
+def test_a_hostile_module_name_is_text_on_the_page(pages):
+    with _opened(pages / "hostile.html") as page:
+        assert page.locator("img").count() == 0
+        assert page.locator("g.gv-box > title", has_text="<img src=x onerror=alert(1)>").count() >= 1
