@@ -32,7 +32,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | eager_only        | instrument | 08                         | dispatch modes say when a compiled call ran eagerly  |
 | profiling         | instrument | 09                         | profiler traces as data; FLOPs, bytes, regime        |
 | module_work       | instrument | -                          | FLOPs and bytes per module, against FlopCounterMode  |
-| findings          | instrument | -                          | what a diagnosis found, ranked, with the evidence    |
+| findings          | instrument | 13                         | what a diagnosis found, ranked, with the evidence    |
 | compilation       | instrument | 05 06 11                   | backends, their cost, graph breaks, recompiles       |
 | compile_cache     | instrument | 05                         | what inductor's on-disk cache keeps                  |
 | compile_lens      | instrument | 05 11                      | what torch.compile built: graphs, breaks, guards     |
@@ -45,8 +45,8 @@ The map. Each module has one layer and imports only from its own layer and the l
 | graph_diff        | view       | 02 11                      | two graphs, node by node                             |
 | forward_view      | view       | -                          | a forward graph as view data, linked to its backward |
 | compile_view      | view       | 05 10 11                   | compile_lens reports and exports as graph views      |
-| memory_timeline   | view       | -                          | live bytes over a step, by category, module (+ .js)  |
-| diagnosis_view    | view       | -                          | a diagnosis as text, a widget, an offline page       |
+| memory_timeline   | view       | 13                         | live bytes over a step, by category, module (+ .js)  |
+| diagnosis_view    | view       | 13                         | a diagnosis as text, a widget, an offline page       |
 | diagnose          | diagnosis  | 13                         | one step of any model through every lens, checked    |
 | models            | lesson     | 02 03 05 06 07 08 09 10 12 | the sandwich model and the series' small models      |
 | data              | lesson     | 00 03 04 06 07 10          | the offline handwritten digits, as torchvision MNIST |

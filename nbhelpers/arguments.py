@@ -68,6 +68,14 @@ def require_file(function: str, name: str, path, *, exists: bool) -> Path:
     return path
 
 
+def require_writable_file(function: str, name: str, path) -> Path:
+    """`path` as a Path to write: not a directory, in a folder that exists."""
+    path = require_file(function, name, path, exists=False)
+    if not path.parent.is_dir():
+        raise ValueError(f"{function}: `{name}` is in a folder that does not exist: {path.parent}; create it first")
+    return path
+
+
 def require_positive(function: str, name: str, value, kind: type = int, *, zero: bool = False):
     """An int (or a float, with kind=float) above zero (or at least zero, with `zero`)."""
     types = (int, float) if kind is float else int

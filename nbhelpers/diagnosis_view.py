@@ -114,9 +114,7 @@ def page(d) -> str:
 
 def save_html(d, path) -> Path:
     """Write `page(d)` to `path`, atomically; a page over MAX_PAGE_BYTES is refused with what to do."""
-    target = arguments.require_file("Diagnosis.save_html", "path", path, exists=False)
-    if not target.parent.is_dir():
-        raise ValueError(f"Diagnosis.save_html: the folder {target.parent} does not exist; create it first")
+    target = arguments.require_writable_file("Diagnosis.save_html", "path", path)
     text = page(d).encode()
     if len(text) > MAX_PAGE_BYTES:
         raise ValueError(f"Diagnosis.save_html: the page would be {len(text):,} B, over {MAX_PAGE_BYTES:,}; "

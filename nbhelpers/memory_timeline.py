@@ -17,7 +17,7 @@ from pathlib import Path
 
 from nbhelpers import arguments, atomic
 
-__all__ = ["CATEGORIES", "state", "series", "snapshot", "save_snapshot", "render_svg"]
+__all__ = ["CATEGORIES", "state", "series"]   # snapshot, save_snapshot: Diagnosis's; render_svg: graph_view's
 
 # the order they stack in, bottom first: what outlives the step under what does not
 CATEGORIES = ("gradients", "optimizer state", "saved for backward", "forward temporaries",
@@ -156,7 +156,7 @@ def save_snapshot(d, path) -> Path:
     """Write `snapshot(d)` as a pickle, atomically (drag it onto https://pytorch.org/memory_viz)."""
     if d.tracker is None:
         raise ValueError("memory_timeline.save_snapshot: the diagnosis has no memory record (the step did not run)")
-    target = arguments.require_file("Diagnosis.save_snapshot", "path", path, exists=False)
+    target = arguments.require_writable_file("Diagnosis.save_snapshot", "path", path)
     atomic.write_atomic(target, pickle.dumps(snapshot(d)))
     return target
 

@@ -22,7 +22,7 @@ import torch
 from nbhelpers import arguments, devices, eager_only
 
 __all__ = ["OpTime", "trace_summary", "plot_top_ops", "Work", "work", "median_seconds", "machine_peaks",
-           "regime", "bytes_moved", "cpu_attention_formulas"]   # machine_peaks returns Peaks, regime a Regime
+           "regime"]   # machine_peaks returns Peaks, regime a Regime; bytes_moved, cpu_attention_formulas: module_work's
 
 
 @dataclass(frozen=True)

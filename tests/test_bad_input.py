@@ -8,9 +8,9 @@ import re
 import pytest
 import torch
 
-from nbhelpers import (autograd_graph, compilation, compile_lens, compile_view, data, distributed, exercises,
-                       graph_diff, graph_view, memory, memory_agreement, mixed_precision, module_scope, profiling, saving,
-                       storage, training)
+from nbhelpers import (autograd_graph, compilation, compile_lens, compile_view, data, diagnose, distributed,
+                       exercises, graph_diff, graph_view, memory, memory_agreement, memory_timeline, mixed_precision,
+                       module_scope, module_work, profiling, saving, storage, training)
 
 
 def _model():
@@ -169,7 +169,25 @@ WRONG_CALLS = [
      "loss_fn"),
     ("training.fit", lambda tmp: training.fit(_model(), _loader(), _loader(), _sgd(_model()), 1, device="tpu"),
      "device"),
+    ("diagnose.run", lambda tmp: diagnose.run(None, torch.rand(2, 4)), "model"),
+    ("diagnose.run", lambda tmp: diagnose.run(_model(), None), "example_inputs"),
+    ("diagnose.run", lambda tmp: diagnose.run(_model(), (torch.rand(2, 4), "x")), "example_inputs"),
+    ("diagnose.run", lambda tmp: diagnose.run(_model(), torch.rand(2, 4), target=[0, 1]), "target"),
+    ("diagnose.run", lambda tmp: diagnose.run(_model(), torch.rand(2, 4), loss_fn="mse"), "loss_fn"),
+    ("diagnose.run", lambda tmp: diagnose.run(_model(), torch.rand(2, 4), optimizer=_model()), "optimizer"),
+    ("diagnose.run", lambda tmp: diagnose.run(_model(), torch.rand(2, 4), device="tpu"), "device"),
+    ("Diagnosis.save_html", lambda tmp: _diagnosis().save_html(tmp), "path"),
+    ("Diagnosis.save_html", lambda tmp: _diagnosis().save_html(tmp / "no-such-folder" / "r.html"), "path"),
+    ("Diagnosis.save_snapshot", lambda tmp: _diagnosis().save_snapshot(None), "path"),
+    ("Diagnosis.save_snapshot", lambda tmp: _diagnosis().save_snapshot(tmp / "no-such-folder" / "s.pickle"), "path"),
+    ("memory.track", lambda tmp: memory.track(lines="yes").__enter__(), "lines"),
+    ("memory_timeline.series", lambda tmp: memory_timeline.series({}, by="op"), "by"),
+    ("module_work.by_module", lambda tmp: module_work.by_module(None), "fn"),
 ]
+
+
+def _diagnosis():
+    return diagnose.run(_model().eval(), torch.rand(2, 4))
 
 
 @pytest.mark.parametrize("entry, call, argument", WRONG_CALLS,
@@ -189,7 +207,7 @@ def test_the_census_covers_the_entry_points_the_issue_names():
              "compilation.find_breaks", "compilation.compare_backends", "profiling.work", "profiling.regime",
              "profiling.trace_summary", "saving.save", "saving.load", "storage.record_lifetimes", "data.digits",
              "distributed.launch", "exercises.check", "mixed_precision.train_with_precision", "training.fit",
-             "module_scope.record"}
+             "module_scope.record", "diagnose.run", "Diagnosis.save_html"}
     assert named <= {entry for entry, _, _ in WRONG_CALLS}
 
 
