@@ -32,6 +32,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | eager_only        | instrument | 08                         | dispatch modes say when a compiled call ran eagerly  |
 | profiling         | instrument | 09                         | profiler traces as data; FLOPs, bytes, regime        |
 | module_work       | instrument | -                          | FLOPs and bytes per module, against FlopCounterMode  |
+| step_lenses       | instrument | -                          | one step under every lens, each checked against torch |
 | findings          | instrument | 13                         | what a diagnosis found, ranked, with the evidence    |
 | compilation       | instrument | 05 06 11                   | backends, their cost, graph breaks, recompiles       |
 | compile_cache     | instrument | 05                         | what inductor's on-disk cache keeps                  |
