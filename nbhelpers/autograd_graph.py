@@ -166,10 +166,26 @@ def _raise_if_freed(fn, attr: str) -> None:
 
 def _saved_entry(name: str, v) -> SavedTensor:
     if isinstance(v, torch.Tensor):
-        return SavedTensor(name, tuple(v.shape), v.dtype, v.untyped_storage().data_ptr(),
-                           v.numel() * v.element_size(), v._version)
+        return SavedTensor(name, tuple(v.shape), v.dtype, *_held(v), v._version)
     # a saved-tensor hook packed it as something else (checkpointing's _Holder): no tensor is held
     return SavedTensor(name, (), torch.float32, 0, 0, 0, packed=type(v).__name__)
+
+
+# the tensors a sparse tensor holds its data in, its values last
+_SPARSE_PARTS = {torch.sparse_coo: lambda v: (v._indices(), v._values()),
+                 torch.sparse_csr: lambda v: (v.crow_indices(), v.col_indices(), v.values()),
+                 torch.sparse_bsr: lambda v: (v.crow_indices(), v.col_indices(), v.values()),
+                 torch.sparse_csc: lambda v: (v.ccol_indices(), v.row_indices(), v.values()),
+                 torch.sparse_bsc: lambda v: (v.ccol_indices(), v.row_indices(), v.values())}
+
+
+def _held(v: torch.Tensor) -> tuple[int, int]:
+    """(storage address, bytes) of a saved tensor; a sparse one has no storage of its own: it holds its indices
+    and values (the address is its values')."""
+    if v.layout == torch.strided:
+        return v.untyped_storage().data_ptr(), v.numel() * v.element_size()
+    parts = _SPARSE_PARTS[v.layout](v)
+    return parts[-1].untyped_storage().data_ptr(), sum(t.numel() * t.element_size() for t in parts)
 
 
 def _execution_order(nodes: tuple[Node, ...], edges: tuple[Edge, ...]) -> tuple[int, ...]:

@@ -85,17 +85,23 @@ def run(model: torch.nn.Module, example_inputs, *, target: torch.Tensor | None =
         device: torch.device | str | None = None) -> Diagnosis:
     """Diagnose one step of `model` on `example_inputs` (a tensor or a tuple of tensors).
 
-    The step: `loss_fn(model(*inputs), target)` when given (cross-entropy for an integer `target`, MSE for a
-    floating one), else, for a model in train mode whose output needs a gradient, the sum of the output (its
-    backward graph is the model's, whatever loss follows it); then backward and `optimizer.step()` if given. A
-    model in eval mode with no target or loss is diagnosed for inference. `device` (None: the inputs') is where
-    the inputs go; the model is not moved: a part of it elsewhere is a finding.
+    The step: `loss_fn(model(*inputs), target)` when `loss_fn` is given; else, with a `target`, cross-entropy (an
+    integer target) or MSE (a floating one) of the first floating output that needs a gradient; else, for a model
+    in train mode with a parameter that needs a gradient, the sum of that output (its backward graph is the
+    model's, whatever loss follows it); then backward, and `optimizer.step()` if given. Otherwise the model is
+    diagnosed for inference. `device` (None: the inputs') is where the inputs go; the model is not moved: a part
+    of it elsewhere is a finding. Inputs are positional; the first dimension of each is its batch.
+
+    Put back afterwards: the values of the model's parameters, buffers and tensors kept as plain attributes, of the
+    optimizer's and the loss module's parameters, the gradient tensors themselves, train/eval flags, the
+    optimizer's state (in its own tensors), the random generators. Not put back: other Python attributes a
+    forward changes (a call counter), and torch.compile's caches, which the compile lenses reset as `explain` does.
     """
     inputs, target = _checked(model, example_inputs, target, loss_fn, optimizer, device)
     compiled = isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
     model = model._orig_mod if compiled else model     # dispatch modes see the eager program, so diagnose that
     lens = step_lenses.Lenses()
-    with _preserved(model, optimizer), _no_cuda_notice(), warnings.catch_warnings():
+    with _preserved(model, optimizer, loss_fn, inputs), _no_cuda_notice(), warnings.catch_warnings():
         warnings.simplefilter("ignore", eager_only.CompiledRanEagerly)
         held = _storages(model, inputs)
         parts = step_lenses.measure(model, inputs, target, loss_fn, optimizer, lens, held)
@@ -110,11 +116,14 @@ def _storages(model, inputs) -> set[int]:
     """The storages of the model's tensors (parameters, buffers, plain attributes) and of the inputs: saving them
     for backward costs no new memory."""
     held = [t for _, t, _ in findings.named_tensors(model)] + list(inputs)
-    return {memory.storage_key(t) for t in held if t.device.type != "meta"}
+    return {memory.storage_key(part) for t in held if t.device.type != "meta" for part in memory.dense_parts(t)}
 
 
 def _checked(model, example_inputs, target, loss_fn, optimizer, device):
     arguments.require_module("diagnose.run", "model", model)
+    if any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in model.parameters()):
+        raise ValueError("diagnose.run: `model` has lazy parameters not made yet (nn.LazyLinear and the like): "
+                         "call it once on an example input, then diagnose it")
     inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
     if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
         raise TypeError("diagnose.run: `example_inputs` must be a tensor or a tuple of tensors, such as "
@@ -134,20 +143,30 @@ def _describe(t: torch.Tensor) -> str:
     return f"[{', '.join(map(str, t.shape))}] {str(t.dtype).removeprefix('torch.')}"
 
 
+def _tensors_to_keep(model, optimizer, loss_fn) -> list[torch.Tensor]:
+    """Each tensor a step may change in place, once: the model's, the optimizer's parameters, the loss module's."""
+    found = [t for _, t, _ in findings.named_tensors(model)]
+    found += [p for group in (optimizer.param_groups if optimizer is not None else ()) for p in group["params"]]
+    if isinstance(loss_fn, torch.nn.Module):
+        found += [t for _, t, _ in findings.named_tensors(loss_fn)]
+    return list({id(t): t for t in found if not t.is_meta}.values())
+
+
 @contextlib.contextmanager
-def _preserved(model: torch.nn.Module, optimizer):
-    """Put back what a training step changes: values of parameters and buffers, the gradient tensors themselves,
-    modes, the optimizer's state, the RNG."""
-    tensors = list(model.parameters()) + list(model.buffers())
+def _preserved(model: torch.nn.Module, optimizer, loss_fn, inputs):
+    """Put back what a step changes (run's docstring lists it); the step starts from no gradient, so it never
+    writes into the learner's gradient tensors."""
+    tensors = _tensors_to_keep(model, optimizer, loss_fn)
     values = [t.detach().clone() for t in tensors]
-    grads = [(p, p.grad) for p in model.parameters()]
+    grads = [(t, t.grad) for t in tensors if isinstance(t, torch.nn.Parameter)]
     for p, _ in grads:
-        p.grad = None           # the step starts from no gradient, and never writes into the learner's tensors
+        p.grad = None
     modes = [(m, m.training) for m in model.modules()]
-    state = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
-    rng = torch.random.get_rng_state()
+    state = _optimizer_state(optimizer)
+    cuda = sorted({t.device.index or 0 for t in (*tensors, *inputs) if t.is_cuda})
     try:
-        yield
+        with torch.random.fork_rng(devices=cuda):
+            yield
     finally:
         with torch.no_grad():
             for t, v in zip(tensors, values):
@@ -156,9 +175,33 @@ def _preserved(model: torch.nn.Module, optimizer):
             p.grad = g
         for m, training in modes:
             m.training = training
-        if state is not None:
-            optimizer.load_state_dict(state)
-        torch.random.set_rng_state(rng)
+        _restore_optimizer_state(optimizer, state)
+
+
+def _optimizer_state(optimizer) -> dict | None:
+    if optimizer is None:
+        return None
+    return {id(p): {k: v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v)
+                    for k, v in entry.items()} for p, entry in optimizer.state.items()}
+
+
+def _restore_optimizer_state(optimizer, saved: dict | None) -> None:
+    """The optimizer's state as it was, written into its own tensors (a learner's reference to exp_avg stays good);
+    state the step created for a parameter that had none is dropped."""
+    if optimizer is None:
+        return
+    for p in list(optimizer.state):
+        before = saved.get(id(p))
+        if before is None:
+            del optimizer.state[p]
+            continue
+        entry = optimizer.state[p]
+        for k, v in before.items():
+            if isinstance(v, torch.Tensor) and isinstance(entry.get(k), torch.Tensor) and entry[k].shape == v.shape:
+                with torch.no_grad():
+                    entry[k].copy_(v)
+            else:
+                entry[k] = v
 
 
 @contextlib.contextmanager

@@ -9,15 +9,16 @@ results (a layer in the wrong mode, a dtype it was not meant to run in), what to
 """
 from __future__ import annotations
 
+import math
 import traceback
 from collections import Counter
 from dataclasses import dataclass
 
 import torch
 
-from nbhelpers import module_scope, user_code
+from nbhelpers import module_scope, module_work, user_code
 
-__all__ = ["Finding", "LESSONS", "rank"]
+__all__ = ["Finding", "LESSONS", "ORDER", "rank"]
 
 LESSONS = {"error": "12 · error casebook", "device": "00 · environment", "mode": "03 · the sandwich model",
            "precision": "06 · mixed precision", "state": "10 · save and export", "recompile": "05 · torch.compile",
@@ -25,9 +26,14 @@ LESSONS = {"error": "12 · error casebook", "device": "00 · environment", "mode
            "saved-for-backward": "02 · autograd graph", "memory": "08 · memory diagnosis",
            "checkpoint": "08 · memory diagnosis", "regime": "09 · profiling"}
 
-# kind -> weight: the order above. A finding's own share (of the saved bytes) can lift it within its kind.
-_WEIGHT = {"error": 1.0, "device": 0.95, "mode": 0.9, "recompile": 0.85, "precision": 0.8, "graph-break": 0.8,
-           "state": 0.55, "saved-for-backward": 0.5, "export": 0.5, "memory": 0.4, "checkpoint": 0.35, "regime": 0.3}
+# The rank, by kind: what stops the model, what changes its answers, what torch.compile cannot do with it, then
+# where memory and time go. Within a kind a finding moves by less than the gap to the next kind (_LIFT), so the
+# kinds keep this order; one exception, said where it is made: a module left in eval mode in a model in train mode
+# (often meant: a frozen BatchNorm) ranks as a saved-for-backward finding.
+ORDER = ("error", "device", "mode", "recompile", "precision", "graph-break", "state", "saved-for-backward",
+         "export", "memory", "checkpoint", "regime")
+_WEIGHT = {kind: 1.0 - 0.05 * k for k, kind in enumerate(ORDER)}
+_LIFT = 0.04
 # One saved tensor holding half of the saved activations at 32x the largest input or more is worth a finding of
 # its own: a pairwise (quadratic) intermediate is; a layer's output, a few times the input, is not.
 _SAVED_SHARE = 0.5
@@ -118,16 +124,21 @@ def _devices(model, inputs) -> list[Finding]:
                     "buffers, never a plain attribute", path, _WEIGHT["device"])]
 
 
+# the modules whose forward reads self.training (dropout, batch statistics, an RNN's or attention's dropout)
+_MODE_DEPENDENT = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm,
+                   torch.nn.modules.instancenorm._InstanceNorm, torch.nn.RNNBase, torch.nn.MultiheadAttention)
+
+
 def _modes(model) -> list[Finding]:
     odd = [(path, m) for path, m in _modules(model) if m.training != model.training
-           and not any(True for _ in m.children())]
+           and isinstance(m, _MODE_DEPENDENT)]
     if not odd:
         return []
     path, m = odd[0]
     mode = "train" if m.training else "eval"
     effect = ("Dropout zeroes activations at random and BatchNorm uses and updates batch statistics"
               if m.training else "BatchNorm uses its running statistics and Dropout does nothing")
-    weight = _WEIGHT["mode"] if m.training else _WEIGHT["mode"] - 0.3     # train mode at inference changes answers
+    weight = _WEIGHT["mode"] if m.training else _WEIGHT["saved-for-backward"]  # eval in training: often meant
     return [Finding("mode", f"{type(m).__name__} {path} is in {mode} mode while the model is in "
                             f"{'train' if model.training else 'eval'} mode",
                     f"{len(odd)} module(s) differ: {', '.join(p for p, _ in odd[:4])}; in {mode} mode {effect}. "
@@ -183,7 +194,7 @@ def _compile(report, tracker) -> list[Finding]:
         return []
     places = {e.frame.text: e.frame.place for e in (tracker.events if tracker else ()) if e.frame}
     found = [Finding("graph-break", f"graph break {b.code or '(no code)'}: {b.gb_type}",
-                     f"{b.explanation} ({b.count} time(s) over 4 calls)" + (f"; inside torch at {b.where}"
+                     f"{b.explanation} (met {b.count} time(s) while compiling for 4 calls)" + (f"; inside torch at {b.where}"
                                                                            if b.where else ""),
                      f"{b.place}: {b.line}" if b.place else b.line, _WEIGHT["graph-break"] + 0.001 * min(b.count, 9))
              for b in report.breaks]
@@ -194,11 +205,19 @@ def _compile(report, tracker) -> list[Finding]:
         if len(entries) > 2:           # the first recompile makes the changed size dynamic; more is a problem
             last = entries[-1]
             found.append(Finding("recompile", f"{function} compiled {len(entries)} times for 4 batch sizes",
-                                 f"each new size failed a guard: {last.failed[0] if last.failed else '?'}; "
-                                 "after the first recompile a size should turn dynamic",
+                                 _recompile_evidence(last.failed[0] if last.failed else "?"),
                                  _placed(places, _growing_line(report, entries[-2].id, last.id)),
                                  _WEIGHT["recompile"]))
     return found
+
+
+def _recompile_evidence(failed: str) -> str:
+    said = f"each new batch size failed a guard: {failed}"
+    if "size mismatch" not in failed:
+        return said
+    # torch/_dynamo/config.py automatic_dynamic_shapes: a size that changed is compiled as dynamic the next time
+    return (said + "; the first recompile should have made the size dynamic, but a Python int taken from it "
+            "(range(x.shape[0]), a list of that length) fixes it again")
 
 
 def _growing_line(report, before: str, after: str) -> str:
@@ -211,10 +230,12 @@ def _growing_line(report, before: str, after: str) -> str:
 
 
 # strict export traces with Dynamo (torch/export/_trace.py: torch._dynamo.export), which errors on every graph
-# break (torch/_dynamo/eval_frame.py: "Used for fullgraph=True and export"); non-strict export runs the Python
-# forward on fake tensors, which cannot decide a branch on a tensor's value
-_EXPORT_WHY = {True: "strict export traces with Dynamo and allows no graph break",
-               False: "non-strict export runs the forward on fake tensors, which carry no values to branch on"}
+# break (torch/_dynamo/eval_frame.py: "Used for fullgraph=True and export") and captures .item() as a symbol
+# (capture_scalar_outputs=True, export/_trace.py); non-strict export runs the Python forward on fake tensors
+_EXPORT_WHY = {True: "strict export traces the forward with Dynamo into one graph: a graph break, or a branch on "
+                     "a value only the data decides, fails it",
+               False: "non-strict export runs the forward on fake tensors, which carry shapes, not values: a "
+                      "branch on a value fails it, as does an input or output of a type it does not know"}
 
 
 def _export(results) -> list[Finding]:
@@ -259,15 +280,14 @@ def _saved(parts) -> list[Finding]:
                                           f"{share:.0%} of the activations kept for backward",
                     f"{saved.attr} {list(saved.shape)} {str(saved.dtype).removeprefix('torch.')}, "
                     f"{sizes[ptr] / largest_input:.0f}x the largest input",
-                    _where(_made_at(parts, node)) or node.module, _WEIGHT["saved-for-backward"] + 0.5 * share)]
+                    _where(_made_at(parts, ptr)) or node.module, _WEIGHT["saved-for-backward"] + _LIFT * share)]
 
 
-def _made_at(parts, node) -> user_code.Frame | None:
-    """The learner's line whose op made a storage the node saved: the allocation alive when the graph was traced."""
+def _made_at(parts, ptr: int) -> user_code.Frame | None:
+    """The learner's line whose op made the storage at `ptr`: the allocation alive when the graph was traced."""
     tracker, at = parts.get("tracker"), parts.get("traced_at", -1)
-    keys = {s.storage_ptr for s in node.saved}
     for a in reversed(tracker.allocations if tracker else []):
-        if a.key in keys and a.op_index <= at and (a.freed_at is None or a.freed_at > at):
+        if a.key == ptr and a.op_index <= at and (a.freed_at is None or a.freed_at > at):
             return tracker.events[a.op_index].frame
     return None
 
@@ -308,9 +328,9 @@ def _checkpoint(parts) -> list[Finding]:
     if not rows or tracker is None or not tracker.peak_bytes or rows[0].freed_bytes < 0.1 * tracker.peak_bytes:
         return []
     r = rows[0]
-    step_flops = parts["work"]["Global"].flops if parts.get("work") else 0
-    return [Finding("checkpoint", f"checkpointing {r.block} would free {r.freed_bytes:,} B "
-                                  f"({r.freed_bytes / tracker.peak_bytes:.0%} of the peak)",
+    step_flops = parts["work"][module_work.TOTAL].flops if parts.get("work") else 0
+    return [Finding("checkpoint", f"checkpointing {r.block} would free {r.freed_bytes:,} B held for backward "
+                                  f"(as much as {r.freed_bytes / tracker.peak_bytes:.0%} of the peak)",
                     f"its nodes save {r.saved_bytes:,} B, checkpoint() keeps its inputs ({r.kept_bytes:,} B) and "
                     f"runs its forward again: {r.recompute_flops:,} FLOPs"
                     + (f", {r.recompute_flops / step_flops:.0%} of the step's" if step_flops else ""),
@@ -335,22 +355,21 @@ def blocks(model: torch.nn.Module) -> list[str]:
 
 
 def block_inputs(fg) -> dict[str, int]:
-    """Bytes of the activations each module reads from outside itself (what checkpoint() keeps), each storage
-    once; parameters and buffers are not counted."""
+    """Bytes of the activations each module reads from ops outside it (what checkpoint() keeps), each storage once
+    at its largest view; the model's inputs, parameters and buffers are not counted (they exist anyway)."""
     kept: dict[str, dict[int, int]] = {}
     made_in = {op.id: set(op.modules) for op in fg.ops}
     for op in fg.ops:
         for meta, source in zip(op.inputs, op.sources):
-            outside = source.op is not None or source.name.startswith("input ")
+            if source.op is None:
+                continue
             for path in op.modules:
-                if outside and (source.op is None or path not in made_in.get(source.op, ())):
-                    nbytes = _meta_bytes(meta)
-                    kept.setdefault(path, {})[meta.storage_ptr or id(meta)] = nbytes
+                if path not in made_in.get(source.op, ()):
+                    held = kept.setdefault(path, {})
+                    key = meta.storage_ptr or id(meta)
+                    held[key] = max(held.get(key, 0), _meta_bytes(meta))
     return {path: sum(v.values()) for path, v in kept.items()}
 
 
 def _meta_bytes(meta) -> int:
-    size = 1
-    for n in meta.shape:
-        size *= n
-    return size * torch.empty((), dtype=getattr(torch, meta.dtype)).element_size()
+    return math.prod(meta.shape) * getattr(torch, meta.dtype).itemsize

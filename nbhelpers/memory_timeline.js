@@ -72,7 +72,7 @@ class Timeline {
         svg("polygon", { points: along.concat(back).join(" "), fill: TL_PALETTE[k % TL_PALETTE.length] }, this.chart);
         const item = tag("span", undefined, this.key);
         tag("span", undefined, item, "gv-sw").style.background = TL_PALETTE[k % TL_PALETTE.length];
-        tag("span", `${name} (peak ${tlBytes(Math.max(...values[k]))})`, item);
+        tag("span", `${name} (peak ${tlBytes(values[k].reduce((m, v) => Math.max(m, v), 0))})`, item);
       }
       below = top;
     });

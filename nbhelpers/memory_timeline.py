@@ -112,22 +112,25 @@ def _series_of(timeline: dict, by: str, category: int, group: int) -> str:
 
 
 def snapshot(d) -> dict:
-    """The step's allocations as `torch.cuda.memory._snapshot()` returns them: one device trace of alloc and
-    free_completed actions in op order (addresses are the storages' own), and a segment per storage still alive
-    at the end, each with the learner's line as its frame."""
+    """The step's allocations as `torch.cuda.memory._snapshot()` returns them, from an allocator that gives each
+    storage a segment of its own and caches nothing: one device trace, in op order, of segment_alloc and alloc
+    when an op makes a storage, free_requested, free_completed and segment_free when it is freed (the actions
+    torch/cuda/memory.py lists), the storages' own addresses and sizes; and a segment per storage alive at the
+    end. Each carries two frames: the op (its module and phase) and the learner's line that called it."""
     tracker, trace = d.tracker, []
+    made: dict[int, list] = {}
     ends: dict[int, list] = {}
     for a in tracker.allocations:
+        made.setdefault(a.op_index, []).append(a)
         if a.freed_at is not None:
             ends.setdefault(a.freed_at, []).append(a)
-    made: dict[int, list] = {}
-    for a in tracker.allocations:
-        made.setdefault(a.op_index, []).append(a)
     for i in range(len(tracker.events) + 1):          # freed at len(events): after the last op, in the block
         for a in ends.get(i, ()):
-            trace.append(_action("free_completed", a, tracker.events[a.op_index], i))
+            frames = _frames(tracker.events[a.op_index])
+            trace += [_action(kind, a, frames, i) for kind in ("free_requested", "free_completed", "segment_free")]
         for a in made.get(i, ()):
-            trace.append(_action("alloc", a, tracker.events[i], i))
+            frames = _frames(tracker.events[i])
+            trace += [_action(kind, a, frames, i) for kind in ("segment_alloc", "alloc")]
     alive = [a for a in tracker.allocations if a.freed_at is None]
     return {"segments": [_segment(a, tracker.events[a.op_index]) for a in alive], "device_traces": [trace],
             "allocator_settings": {}}
@@ -135,13 +138,12 @@ def snapshot(d) -> dict:
 
 def _frames(event) -> list[dict]:
     frame = event.frame
-    top = {"filename": f"{event.op} in {event.module} ({event.phase})", "line": event.index, "name": event.op}
-    return [top] + ([{"filename": frame.file, "line": frame.lineno, "name": frame.function}] if frame else [])
+    op = {"filename": f"{event.module} ({event.phase})", "line": event.index, "name": event.op}
+    return [op] + ([{"filename": frame.file, "line": frame.lineno, "name": frame.function}] if frame else [])
 
 
-def _action(action: str, a, event, at: int) -> dict:
-    return {"action": action, "addr": a.key, "size": a.nbytes, "stream": 0, "time_us": at,
-            "frames": _frames(event)}
+def _action(action: str, a, frames: list[dict], at: int) -> dict:
+    return {"action": action, "addr": a.key, "size": a.nbytes, "stream": 0, "time_us": at, "frames": frames}
 
 
 def _segment(a, event) -> dict:
@@ -153,7 +155,8 @@ def _segment(a, event) -> dict:
 
 
 def save_snapshot(d, path) -> Path:
-    """Write `snapshot(d)` as a pickle, atomically (drag it onto https://pytorch.org/memory_viz)."""
+    """Write `snapshot(d)` as a pickle, atomically: the file torch.cuda._memory_viz reads (`python -m
+    torch.cuda._memory_viz trace step.pickle`)."""
     if d.tracker is None:
         raise ValueError("memory_timeline.save_snapshot: the diagnosis has no memory record (the step did not run)")
     target = arguments.require_writable_file("Diagnosis.save_snapshot", "path", path)

@@ -82,7 +82,7 @@ class Lenses:
 
 def measure(model, inputs, target, loss_fn, optimizer, lens: Lenses, held: set[int]) -> dict:
     step = Step(model, inputs, target, loss_fn, optimizer)
-    parts = lens("step under memory.track", step.tracked)
+    parts = lens("step under memory.track", step.tracked) or step.unmeasured(lens.unchecked[-1])
     parts["saved_by_module"] = findings.saved_by_module(parts["graph"], held) if parts["graph"] else {}
     parts["forward"] = lens("forward graph", lambda: forward_graph.trace(model, *inputs))
     agreements = parts["agreements"] = []
@@ -108,7 +108,8 @@ class Step:
         self.model, self.inputs, self.target, self.loss_fn, self.optimizer = model, inputs, target, loss_fn, optimizer
         given = target is not None or loss_fn is not None
         self.training = given or (model.training and any(p.requires_grad for p in model.parameters()))
-        self.describe = ("inference (the model is in eval mode and no target or loss was given)"
+        self.describe = ("inference (no target or loss was given, and the model is in eval mode or no parameter "
+                         "needs a gradient)"
                          if not self.training else f"training step: {self._loss_text()}, backward"
                          + (f", {type(optimizer).__name__}.step()" if optimizer is not None else ""))
 
@@ -121,14 +122,14 @@ class Step:
         return "loss = output.sum() (no target given: the backward graph is the model's, whatever loss follows)"
 
     def loss(self, output) -> torch.Tensor:
+        if self.loss_fn is not None:
+            return self.loss_fn(output, self.target)
         found = [t for t in module_scope.tensors_in(output) if t.is_floating_point() and t.requires_grad]
         if not found:
             raise ValueError(f"diagnose.run: the model returned {arguments.given(output)}, with no floating tensor "
-                             "that needs a gradient, so no loss can be formed; put the model in eval mode to "
-                             "diagnose inference, or pass loss_fn")
+                             "that needs a gradient, so no loss can be formed from it; pass loss_fn(output, target) "
+                             "that makes one, or put the model in eval mode to diagnose inference")
         first = found[0]
-        if self.loss_fn is not None:
-            return self.loss_fn(first, self.target)
         if self.target is not None:
             f = torch.nn.functional
             return (f.mse_loss(first, self.target) if self.target.is_floating_point()
@@ -169,8 +170,12 @@ class Step:
             except Exception as raised:  # noqa: BLE001 - the report keeps what was measured up to here
                 error, where = findings.error_text(raised), findings.user_place(raised)
         return {"tracker": tracker, "graph": graph, "nodes": nodes, "traced_at": at, "error": error,
-                "error_where": where,
-                "step": self.describe, "categories": self._categories()}
+                "error_where": where, "step": self.describe, "categories": self._categories()}
+
+    def unmeasured(self, why: str) -> dict:
+        """What `tracked` returns when the lens itself failed (not the model): nothing measured, and why."""
+        return {"tracker": None, "graph": None, "nodes": {}, "traced_at": -1, "error": f"not measured: {why}",
+                "error_where": "", "step": self.describe, "categories": {}}
 
     def _categories(self) -> dict[int, str]:
         owner = {}
@@ -226,13 +231,18 @@ def _work(step: Step) -> tuple[dict, list[Agreement]]:
     return work, rows
 
 
+def batch_size(inputs: tuple) -> int:
+    """The first input's first dimension: the batch, as the lenses that re-batch take it."""
+    return inputs[0].shape[0] if inputs[0].dim() else 1
+
+
 def _batch(inputs: tuple, size: int) -> tuple:
     """The inputs at another batch size (their first dimension), repeating the first rows as needed."""
     return tuple(t[torch.arange(size) % t.shape[0]] if t.dim() else t for t in inputs)
 
 
 def _regime(step: Step):
-    size = step.inputs[0].shape[0] if step.inputs[0].dim() else 1
+    size = batch_size(step.inputs)
     return profiling.regime(lambda n: step.at(n), (size, 2 * size), device=step.inputs[0].device)
 
 
@@ -247,7 +257,7 @@ def _compile(model, inputs) -> tuple[object, list[Agreement]]:
     # explain's graph_break_count is graph_count - 1 (-1 when Dynamo skipped the whole frame): its reasons are the breaks
     rows = [Agreement("graph breaks (one call)", ours_breaks, len(explained.break_reasons), "torch._dynamo.explain"),
             Agreement("graphs compiled (one call)", len(first.graphs), explained.graph_count, "torch._dynamo.explain")]
-    size = inputs[0].shape[0] if inputs[0].dim() else 1
+    size = batch_size(inputs)
     calls = [_batch(inputs, size + k) for k in range(4)]
     with _quiet():
         return compile_lens.capture_calls(model, calls), rows
@@ -258,7 +268,6 @@ def _export(model, inputs) -> tuple[ExportResult, ...]:
     for strict in (True, False):
         try:
             with _quiet():
-                warnings.simplefilter("ignore")
                 torch.export.export(model, inputs, strict=strict)
             results.append(ExportResult(strict))
         except Exception as error:  # noqa: BLE001 - a failing export is the finding

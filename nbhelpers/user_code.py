@@ -8,6 +8,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 import linecache
 import os
 import sysconfig
@@ -20,6 +21,9 @@ __all__ = ["Frame", "caller", "place"]
 
 _TORCH = str(Path(torch.__file__).parent) + os.sep
 _STDLIB = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep
+# outside a venv (pyenv, conda, python.org) site-packages sits inside the standard library's folder: a library
+# model (torchvision, timm) is the learner's code, not the standard library's
+_SITE = tuple({str(Path(sysconfig.get_paths()[k]).resolve()) + os.sep for k in ("purelib", "platlib")})
 _PACKAGE = str(Path(__file__).parent) + os.sep
 _MODEL_FILES = ("models.py", "planted_models.py")     # the series' own models are a learner's code
 
@@ -42,12 +46,16 @@ def place(filename: str) -> str:
 
 
 def _machinery(filename: str) -> bool:
-    if filename.startswith(_TORCH) or filename.startswith(_STDLIB) or filename.startswith("<frozen"):
+    if filename.startswith(_TORCH) or filename.startswith("<frozen"):
+        return True
+    if filename.startswith(_STDLIB) and not filename.startswith(_SITE):
         return True
     return filename.startswith(_PACKAGE) and not filename.endswith(_MODEL_FILES)
 
 
-_CACHE: dict[tuple, Frame] = {}
+@functools.lru_cache(maxsize=65536)      # once per line: this runs for every op a tracked step makes
+def _frame(code, lineno: int) -> Frame:
+    return Frame(place(code.co_filename), lineno, code.co_name, linecache.getline(code.co_filename, lineno).strip())
 
 
 def caller(frame, stop=None) -> Frame | None:
@@ -56,12 +64,7 @@ def caller(frame, stop=None) -> Frame | None:
     while frame is not None:
         code = frame.f_code
         if not _machinery(code.co_filename):
-            key = (code, frame.f_lineno)
-            found = _CACHE.get(key)
-            if found is None:
-                text = linecache.getline(code.co_filename, frame.f_lineno).strip()
-                found = _CACHE[key] = Frame(place(code.co_filename), frame.f_lineno, code.co_name, text)
-            return found
+            return _frame(code, frame.f_lineno)
         if frame is stop:
             return None
         frame = frame.f_back

@@ -2,6 +2,9 @@
 against PyTorch's own tools agrees, each planted problem is in the top three findings with its place, the model
 is left as it was, the timeline adds up and its snapshot is one torch.cuda._memory_viz reads, and the CLI says
 what to fix."""
+import contextlib
+import copy
+import io
 import json
 import pickle
 import subprocess
@@ -115,6 +118,101 @@ def test_the_model_the_optimizer_and_the_rng_are_left_as_they_were():
     assert model.training and not model[2].training
 
 
+class Counting(nn.Module):
+    """Changes a tensor it keeps as a plain attribute in place, in forward (a running mean kept by hand)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 2)
+        self.ema = torch.zeros(2)
+
+    def forward(self, x):
+        y = self.fc(x)
+        self.ema.mul_(0.9).add_(y.detach().mean(0))
+        return y
+
+
+class WeightedLoss(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(1))
+
+    def forward(self, out, target):
+        return (self.scale * (out - target) ** 2).mean()
+
+
+def test_what_the_optimizer_and_the_loss_hold_outside_the_model_is_put_back_too():
+    torch.manual_seed(0)
+    model, loss_fn, extra = Counting(), WeightedLoss(), nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.Adam([*model.parameters(), *loss_fn.parameters(), extra], lr=0.1)
+    x, y = torch.randn(5, 6), torch.randn(5, 2)
+    loss_fn(model(x), y).backward()
+    extra.grad = torch.full((3,), 0.5)
+    optimizer.step()
+    held = {name: t.clone() for name, t in [("ema", model.ema), ("scale", loss_fn.scale), ("extra", extra)]}
+    state_tensors = [v for entry in optimizer.state.values() for v in entry.values()]
+    before = _flat(optimizer.state_dict())
+    d = diagnose.run(model, x, target=y, loss_fn=loss_fn, optimizer=optimizer)
+    assert not d.error and "loss = WeightedLoss(output, target)" in d.step
+    assert all(torch.equal(t, held[name]) for name, t in [("ema", model.ema), ("scale", loss_fn.scale),
+                                                          ("extra", extra)])
+    assert torch.equal(extra.grad, torch.full((3,), 0.5))
+    assert _flat(optimizer.state_dict()) == before
+    assert [v for entry in optimizer.state.values() for v in entry.values()] == state_tensors   # the same objects
+
+
+def test_lazy_parameters_are_refused_with_what_to_do():
+    with pytest.raises(ValueError, match="call it once on an example input"):
+        diagnose.run(nn.LazyLinear(3), torch.randn(2, 4))
+
+
+def test_a_sparse_buffer_is_no_obstacle():
+    class Graph(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+            self.register_buffer("adjacency", torch.eye(5).to_sparse())
+
+        def forward(self, x):
+            return torch.sparse.mm(self.adjacency, self.fc(x))
+
+    d = diagnose.run(Graph(), torch.randn(5, 4))
+    assert not d.error and d.graph is not None
+
+
+class TwoSaved(nn.Module):
+    """A node that saves a big tensor and a small one: the finding names the big one's line."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 64)
+
+    def forward(self, x):
+        h = self.fc(x)
+        outer = h[:, :, None] * h[:, None, :]
+        w = torch.sigmoid(h)[:, None, :]
+        return (outer * w).sum(-1)
+
+
+def test_the_saved_tensor_finding_names_the_line_of_the_big_tensor():
+    torch.manual_seed(0)
+    d = diagnose.run(TwoSaved(), torch.randn(4, 16))
+    (found,) = [f for f in d.findings if f.kind == "saved-for-backward"]
+    assert found.where.endswith("outer = h[:, :, None] * h[:, None, :]"), found.where
+
+
+def test_a_layer_that_reads_no_mode_is_not_a_mode_finding():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    model[0].eval()                                    # Linear's forward never reads self.training
+    assert "mode" not in {f.kind for f in diagnose.run(model, torch.randn(3, 4)).findings}
+    model[0].train()
+    model.add_module("drop", nn.Dropout(0.1))
+    model.drop.eval()
+    modes = [f for f in diagnose.run(model, torch.randn(3, 4)).findings if f.kind == "mode"]
+    assert len(modes) == 1 and modes[0].where == "Sequential.drop"
+
+
 def test_a_compiled_model_is_diagnosed_as_the_eager_module_it_wraps():
     torch.manual_seed(0)
     d = diagnose.run(torch.compile(planted_models.Fixed()), torch.randn(8, 32))
@@ -201,8 +299,12 @@ def test_the_snapshot_is_one_torchs_memory_viz_reads(outer, tmp_path):
     assert "planted_models.py" in flame
     assert sum(s["total_size"] for s in snapshot["segments"]) == outer.tracker.live_bytes
     made = [e["size"] for e in trace if e["action"] == "alloc"]
+    assert [e["action"] for e in trace].count("segment_alloc") == len(made)
     assert sum(made) == sum(a.nbytes for a in outer.tracker.allocations)
     assert "snapshot.pickle" in _memory_viz.trace_plot(snapshot)                        # the viewer's own page
+    with contextlib.redirect_stdout(io.StringIO()) as unpaired:                        # prints each free it cannot pair
+        _memory_viz.filter_alloc_free_pairs(copy.deepcopy(snapshot))
+    assert unpaired.getvalue() == ""
 
 
 def test_the_page_is_one_file_under_a_megabyte_that_asks_for_nothing(tmp_path):

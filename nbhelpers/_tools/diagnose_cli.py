@@ -2,7 +2,8 @@
 
 Builds the model from an importable factory (a function of no arguments, or a class), makes random inputs of the
 given shapes, runs `diagnose.run`, prints the top findings and writes the page. Exit status 0 when the step ran,
-1 when it raised (the page still shows what was measured up to there), 2 for a bad command line.
+1 when it raised (the page still shows what was measured up to there), 2 for a command line it cannot run or a
+file it cannot write, with what to fix.
 """
 from __future__ import annotations
 
@@ -115,9 +116,13 @@ def main(args) -> int:
         model.eval()
     d = diagnose.run(model, inputs, target=target)
     print(d.summary(args.top))
-    d.save_html(args.out)
-    print(f"wrote {args.out}")
-    if args.snapshot and d.tracker is not None:
-        d.save_snapshot(args.snapshot)
-        print(f"wrote {args.snapshot} (open it at https://pytorch.org/memory_viz)")
+    try:
+        d.save_html(args.out)
+        print(f"wrote {args.out}")
+        if args.snapshot and d.tracker is not None:
+            d.save_snapshot(args.snapshot)
+            print(f"wrote {args.snapshot} (python -m torch.cuda._memory_viz trace {args.snapshot} lists it)")
+    except (ValueError, OSError) as error:
+        print(f"diagnose: {error}", file=sys.stderr)
+        return 2
     return 1 if d.error else 0

@@ -35,7 +35,7 @@ def _still_found(model, x, kinds: tuple[str, ...]) -> str | None:
         f" at {found[0].where}" if found[0].where else "") if found else None
 
 
-@exercise("13.1", "scale row i by i + 1 without a Python loop, so no batch size recompiles",
+@exercise("13.1", "scale row i by i + 1 without a Python loop, so new batch sizes stop recompiling",
           hint="make the factors a tensor: torch.arange(1, y.shape[0] + 1, dtype=y.dtype, device=y.device), then "
                "broadcast it over the rows with [:, None]; a list or a loop over range(y.shape[0]) is unrolled")
 def _scale_rows(answer):
