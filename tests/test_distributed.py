@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import signal
 import threading
 import time
 from pathlib import Path
@@ -62,6 +63,9 @@ def test_a_hanging_worker_times_out_and_is_killed():
 
 
 def test_keyboard_interrupt_stops_every_rank():
+    # interrupt_main does nothing unless Python's own SIGINT handler is installed: an earlier test must not have
+    # left another one (say which, rather than wait 120 s for a timeout)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, signal.getsignal(signal.SIGINT)
     timer = threading.Timer(4.0, _thread.interrupt_main)   # what Jupyter's "interrupt kernel" does
     timer.start()
     try:
