@@ -52,11 +52,11 @@ def _graph_data(d):
     return forward_view.twin(d.forward)[0] if d.forward is not None and d.forward.ops else None
 
 
-def _timeline_and_graph(d) -> tuple:
-    data = _graph_data(d)
-    if data is None or d.tracker is None:
-        raise ValueError(f"Diagnosis.show: nothing ran to draw ({d.error or 'no op was recorded'}); fix the error "
-                         "the findings name and diagnose again")
+def _timeline_and_graph(d) -> tuple | None:
+    """(graph data, timeline state) to draw, or None when nothing ran."""
+    data = _graph_data(d) if d.tracker is not None else None
+    if data is None:
+        return None
     timeline = memory_timeline.state(d)
     if d.graph is None:
         timeline["node"] = [-1] * len(timeline["node"])     # no backward node holds anything
@@ -66,18 +66,21 @@ def _timeline_and_graph(d) -> tuple:
 def show(d):
     """The memory timeline above the step's backward graph (the forward graph when there was no backward): hover
     for the op and the learner's line, click to select the node that holds the bytes."""
-    data, timeline = _timeline_and_graph(d)
-    return graph_view.show(data, timeline=timeline)
+    drawn = _timeline_and_graph(d)
+    if drawn is None:
+        raise ValueError(f"Diagnosis.show: nothing ran to draw ({d.error or 'no op was recorded'}); fix the error "
+                         "the findings name and diagnose again")
+    return graph_view.show(drawn[0], timeline=drawn[1])
 
 
 def _widget_states(d) -> list[tuple[str, dict]]:
     """(caption, traits) of each view the page shows; traits only: no widget is made (one made in a kernel
-    would be stored with the notebook)."""
+    would be stored with the notebook). Each graph is built once."""
     states = []
-    if d.tracker is not None and _graph_data(d) is not None:
-        data, timeline = _timeline_and_graph(d)
+    drawn = _timeline_and_graph(d)
+    if drawn is not None:
         states.append((f"Memory over the step, above the {'backward' if d.graph is not None else 'forward'} graph",
-                       graph_view.traits(data, timeline=timeline)))
+                       graph_view.traits(drawn[0], timeline=drawn[1])))
     if d.forward is not None and d.forward.ops:
         states.append(("The forward graph beside the backward graph it built", graph_view.twin_traits(d.forward)))
     return states
