@@ -25,7 +25,8 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 LAB_FLAGS := --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.port_retries=0 \
 	--ServerApp.root_dir=$(NOTEBOOK_DIR) --LabApp.news_url=None \
 	--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
-	--LabApp.extension_manager=readonly $(ROOT_FLAG)
+	--LabApp.extension_manager=readonly $(ROOT_FLAG) \
+	--ServerApp.contents_manager_class=nbhelpers._tools.lab_contents.ViewKeepingContentsManager
 
 .PHONY: setup lab test matrix coverage execute html doctor claims index trace clean
 setup: $(STAMP)
@@ -38,12 +39,17 @@ $(STAMP): pyproject.toml
 
 # JupyterLab's widget manager stores widget state in a notebook it saves only when its saveState setting is
 # on (off by default): without it, a notebook run and saved in the lab keeps its views' still pictures but
-# not the views, and `make html` refuses it. This venv's JupyterLab gets the setting as a default
-# (overrides.json in its settings folder), which a learner can still change in Settings.
+# not the views. With it on, the manager alone would erase the views of a notebook only opened and saved,
+# and pile up every earlier run's models: the contents manager named in LAB_FLAGS (nbhelpers/_tools/
+# lab_contents.py) stores exactly the models the outputs show. No news or update prompt (fetchNews "none"
+# asks on the first load). This venv's JupyterLab gets these as defaults (overrides.json in its settings
+# folder), which a learner can still change in Settings.
 LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
-$(LAB_OVERRIDES): $(STAMP)
+LAB_DEFAULTS := {"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}, \
+	"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}
+$(LAB_OVERRIDES): $(STAMP) Makefile
 	@mkdir -p $(@D)
-	@echo '{"@jupyter-widgets/jupyterlab-manager:plugin": {"saveState": true}}' > $@
+	@echo '$(LAB_DEFAULTS)' > $@
 
 # Token authentication is on: the URL with ?token=... is printed (set JUPYTER_TOKEN to choose it).
 # The series' notebooks are trusted first (their outputs come from `make execute`): JupyterLab shows an
@@ -82,9 +88,11 @@ execute: $(STAMP)
 node_modules/.package-lock.json: package.json package-lock.json
 	npm ci --no-audit --no-fund --ignore-scripts
 
-# A static site under build/site that renders offline, widgets included (needs Node.js for npm).
+# A static site under build/site (SITE=... elsewhere) that renders offline, widgets included (needs Node.js
+# for npm). A view whose widget state a notebook lacks shows its stored picture, and is named.
+SITE ?= build/site
 html: $(STAMP) node_modules/.package-lock.json
-	$(PY) -m nbhelpers html --out build/site $(NB)
+	$(PY) -m nbhelpers html --out $(SITE) $(NB)
 
 doctor: $(STAMP)
 	$(PY) -m nbhelpers doctor

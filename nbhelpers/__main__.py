@@ -37,13 +37,13 @@ def _execute(notebooks: list[Path]) -> int:
 
 
 def _html(notebooks: list[Path], out: Path) -> int:
-    from nbhelpers._tools.notebook_tools import MissingWidgetState, build_site
+    from nbhelpers._tools.notebook_tools import build_site, views_without_state
 
-    try:
-        pages = build_site(notebooks, out)
-    except MissingWidgetState as e:
-        print(f"html: {e}", file=sys.stderr)
-        return 1
+    for path, cells in views_without_state(notebooks).items():
+        print(f"html: {path}: code cell(s) {', '.join(map(str, cells))} show widget views whose state was not "
+              "saved with the notebook; their pages show the stored pictures. To get the live views back, run "
+              f"the cells in make lab and save, or `make execute NB={path}`", file=sys.stderr)
+    pages = build_site(notebooks, out)
     print(f"wrote {len(pages)} page(s) and index.html to {out}")
     return 0
 

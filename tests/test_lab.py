@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from nbhelpers._tools import notebook_tools
+from nbhelpers._tools import notebook_tools, widget_state
 from tests import REPO, browser
 
 SCREENSHOTS = REPO / "build" / "screenshots"
@@ -48,12 +48,11 @@ def _status(url: str) -> int:
 
 
 def _write_settings(settings: Path) -> None:
-    """Autosave off (it would write into the notebooks under test), no news prompt, and every cell in
-    the DOM (JupyterLab 4 otherwise renders only the cells in view, hiding outputs from the test)."""
+    """Autosave off (it would write into the notebooks under test; the autosave test turns it on), and every
+    cell in the DOM (JupyterLab 4 otherwise renders only the cells in view, hiding outputs from the test).
+    Everything else is make lab's own defaults, which the tests check (the news prompt among them)."""
     for plugin, values in {"docmanager-extension/plugin": {"autosave": False},
-                           "notebook-extension/tracker": {"windowingMode": "none"},
-                           "apputils-extension/notification": {"fetchNews": "false",
-                                                               "checkForUpdates": False}}.items():
+                           "notebook-extension/tracker": {"windowingMode": "none"}}.items():
         path = settings / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(values))
@@ -174,9 +173,7 @@ def _graph_views(page):
     return page.locator(".jp-OutputArea-output .gv")
 
 
-@pytest.mark.browser
-def test_the_committed_graph_notebook_shows_every_graph_without_running(page, lab):
-    open_notebook(page, lab, "02_autograd_graph.ipynb")
+def _every_view_of_02_answers(page) -> None:
     views, at = _graph_views(page), browser.VIEWS_02
     views.nth(at["diff"]).locator(".gv-box").first.wait_for(timeout=60_000)     # every view, from the stored state
     assert views.count() == len(at) and all(views.nth(k).locator(".gv-box").count() > 0 for k in range(len(at)))
@@ -184,6 +181,13 @@ def test_the_committed_graph_notebook_shows_every_graph_without_running(page, la
     views.nth(at["mlp"]).locator(".gv-box", has_text="AddmmBackward0").nth(1).click()   # and it responds, unrun
     assert "NeuralNetwork.core.fc1" in views.nth(at["mlp"]).locator(".gv-details").inner_text()
     browser.check_twin(views.nth(at["twin"]), *browser.TWIN_02)                 # the twin: both ways, unrun
+    assert page.locator("text=Error displaying widget").count() == 0
+
+
+@pytest.mark.browser
+def test_the_committed_graph_notebook_shows_every_graph_without_running(page, lab):
+    open_notebook(page, lab, "02_autograd_graph.ipynb")
+    _every_view_of_02_answers(page)
 
 
 @pytest.mark.browser
@@ -260,13 +264,85 @@ def test_a_diagnosis_timeline_selects_the_node_holding_the_bytes_in_jupyterlab(p
 
 
 def test_make_lab_saves_widget_state_by_default(lab):
-    with _DIRECT.open(f"{lab['base']}/lab/api/settings/@jupyter-widgets/jupyterlab-manager:plugin"
-                      f"?token={lab['token']}", timeout=30) as response:
+    with _DIRECT.open(_settings_url(lab, "@jupyter-widgets/jupyterlab-manager:plugin"), timeout=30) as response:
         setting = json.load(response)
     shipped = json.loads(next(Path(sys.prefix, "share", "jupyter", "labextensions").glob(
         "@jupyter-widgets/jupyterlab-manager/schemas/**/plugin.json")).read_text())
     assert shipped["properties"]["saveState"]["default"] is False           # the widget manager's own default
     assert setting["schema"]["properties"]["saveState"]["default"] is True   # as make lab's overrides.json sets it
+
+
+GRAPH_NB = REPO / "notebooks" / "02_autograd_graph.ipynb"
+
+
+def _settings_url(lab, plugin: str) -> str:
+    return f"{lab['base']}/lab/api/settings/{plugin}?token={lab['token']}"
+
+
+def test_make_lab_asks_no_news_question(lab):
+    with _DIRECT.open(_settings_url(lab, "@jupyterlab/apputils-extension:notification"), timeout=30) as response:
+        defaults = json.load(response)["schema"]["properties"]
+    assert defaults["fetchNews"]["default"] == "false" and defaults["checkForUpdates"]["default"] is False
+
+
+@pytest.mark.browser
+def test_nothing_pops_up_on_a_first_load(page, lab):
+    open_notebook(page, lab, "00_environment.ipynb")
+    page.evaluate("window.jupyterapp.restored")
+    page.wait_for_timeout(3_000)      # the news question, before make lab's default, came about 1 s after this
+    popups = page.locator(".Toastify__toast, .jp-Dialog")
+    assert popups.count() == 0, popups.all_inner_texts()
+
+
+def _put_in_lab(lab, name: str, nb=None) -> Path:
+    """02 (or `nb`) as `name` in the lab's folder, trusted as make lab trusts the series (JupyterLab shows no
+    widget or SVG of an untrusted notebook)."""
+    path = lab["notebooks"] / name
+    if nb is None:
+        shutil.copy2(GRAPH_NB, path)
+    else:
+        nbformat.write(nb, path)
+    subprocess.run([str(Path(sys.prefix, "bin", "jupyter")), "trust", str(path)], check=True, capture_output=True)
+    return path
+
+
+def _wait_for_write(path: Path, since_ns: int, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while path.stat().st_mtime_ns == since_ns:
+        assert time.monotonic() < deadline, f"{path.name} was not written within {timeout_s:.0f} s"
+        time.sleep(0.2)
+
+
+def _state(path: Path) -> dict:
+    return json.loads(path.read_text())["metadata"]["widgets"][widget_state.STATE]["state"]
+
+
+@pytest.mark.browser
+def test_a_notebook_opened_and_saved_without_running_keeps_every_view(page, lab):
+    path = _put_in_lab(lab, "97_opened.ipynb")
+    committed, mtime = path.read_bytes(), path.stat().st_mtime_ns
+    open_notebook(page, lab, path.name)
+    page.locator(".jp-OutputArea-output .gv .gv-box").first.wait_for(timeout=60_000)
+    assert page.evaluate("window.jupyterapp.shell.currentWidget.context.model.dirty")   # the widget manager's doing
+    page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")              # what autosave does
+    _wait_for_write(path, mtime)
+    assert set(_state(path)) == set(_state(GRAPH_NB))
+    assert path.read_bytes().rstrip(b"\n") == committed.rstrip(b"\n")                 # JupyterLab ends with one
+    open_notebook(page, lab, path.name)       # reload
+    _every_view_of_02_answers(page)
+
+
+@pytest.mark.browser
+def test_a_notebook_whose_widget_state_is_gone_shows_its_pictures(page, lab):
+    nb = nbformat.read(GRAPH_NB, as_version=4)
+    nb.metadata["widgets"][widget_state.STATE]["state"] = {}       # as another Jupyter saves it
+    path = _put_in_lab(lab, "95_stateless.ipynb", nb)
+    open_notebook(page, lab, path.name)
+    notes = page.locator(".jp-OutputArea-output", has_text="the live view was not saved with this notebook")
+    notes.nth(len(browser.VIEWS_02) - 1).wait_for(timeout=60_000)
+    pictures = page.locator(".jp-RenderedSVG svg, .jp-RenderedSVG img")
+    assert notes.count() == len(browser.VIEWS_02) and pictures.count() >= len(browser.VIEWS_02)
+    assert page.locator("text=Error displaying widget").count() == 0
 
 
 SAVED_VIEW = """import torch
@@ -291,7 +367,7 @@ def test_a_view_run_and_saved_in_the_lab_responds_in_the_static_site(lab, tmp_pa
         while time.monotonic() < deadline and not nbformat.read(path, as_version=4).metadata.get("widgets"):
             time.sleep(0.5)
         saved = nbformat.read(path, as_version=4)
-        assert saved.cells[0].outputs and notebook_tools.widgets_without_state(saved) == []
+        assert saved.cells[0].outputs and widget_state.widgets_without_state(saved) == []
         (page_path,) = notebook_tools.build_site([path], tmp_path / "site")
         page.goto(f"{site}/{page_path.name}")
         view = page.locator(".gv").first

@@ -42,6 +42,7 @@ def test_execute_runs_each_notebook_in_turn(capsys, monkeypatch):
 def test_html_builds_the_site_where_asked(capsys, monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(notebook_tools, "build_site", lambda notebooks, out: calls.append((notebooks, out)) or ["p"])
+    monkeypatch.setattr(notebook_tools, "views_without_state", lambda notebooks: {})
     assert cli.main(["html", "--out", str(tmp_path), "a.ipynb"]) == 0
     assert calls == [([Path("a.ipynb")], tmp_path)]
     assert capsys.readouterr().out == f"wrote 1 page(s) and index.html to {tmp_path}\n"
@@ -56,17 +57,16 @@ def test_no_command_is_a_usage_error(capsys):
 
 # this file imported nbhelpers.__main__ already, which runpy warns about before running it again
 @pytest.mark.filterwarnings("ignore:'nbhelpers.__main__' found in sys.modules:RuntimeWarning")
-def test_the_program_exits_with_the_commands_code(monkeypatch, tmp_path):
+def test_the_program_exits_with_the_commands_code(monkeypatch):
     import runpy
 
-    def no_state(notebooks, out):
-        raise notebook_tools.MissingWidgetState("a.ipynb has no widget state")
+    from nbhelpers._tools import diagnose_cli
 
-    monkeypatch.setattr(notebook_tools, "build_site", no_state)
-    monkeypatch.setattr(sys, "argv", ["python -m nbhelpers", "html", "--out", str(tmp_path), "a.ipynb"])
+    monkeypatch.setattr(diagnose_cli, "main", lambda args: 3)
+    monkeypatch.setattr(sys, "argv", ["python -m nbhelpers", "diagnose", "m:f", "--input", "2x3"])
     with pytest.raises(SystemExit) as stopped:
         runpy.run_module("nbhelpers", run_name="__main__")
-    assert stopped.value.code == 1
+    assert stopped.value.code == 3
 
 
 def test_it_runs_as_a_program():

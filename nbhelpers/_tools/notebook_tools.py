@@ -12,17 +12,16 @@ import re
 import shutil
 from pathlib import Path
 
+from nbhelpers._tools import widget_state
 from nbhelpers.atomic import write_atomic
 
 __all__ = ["execute_notebook", "INTERPRETER_NOTICES", "quiet_interpreter_notices", "sanitize_rules",
-           "sanitize_outputs", "MissingWidgetState", "widgets_without_state", "build_site"]
+           "sanitize_outputs", "views_without_state", "build_site"]
 
 REPO = Path(__file__).resolve().parents[2]
 _WIDGET_DIST = REPO / "node_modules" / "@jupyter-widgets" / "html-manager" / "dist"
 _REQUIRE_JS = REPO / "node_modules" / "requirejs" / "require.js"
 _SANITIZE_CFG = REPO / "tests" / "nbval_sanitize.cfg"
-_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-_WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
 # Notices about the interpreter, not the lesson, that kernels started for the series' tooling ignore so that
@@ -36,10 +35,6 @@ def quiet_interpreter_notices(environ: dict) -> None:
     """Add INTERPRETER_NOTICES to PYTHONWARNINGS in `environ` (os.environ: for the kernels started after)."""
     filters = [f for f in environ.get("PYTHONWARNINGS", "").split(",") if f]
     environ["PYTHONWARNINGS"] = ",".join(dict.fromkeys([*filters, *INTERPRETER_NOTICES]))
-
-
-class MissingWidgetState(ValueError):
-    """A notebook shows widgets whose state it does not carry, so a static page could not draw them."""
 
 
 def execute_notebook(path: str | os.PathLike, timeout_s: int = 600) -> None:
@@ -103,30 +98,14 @@ def sanitize_outputs(nb) -> None:
                 out["data"]["text/plain"] = clean(out["data"]["text/plain"])
 
 
-def widgets_without_state(nb) -> list[tuple[int, str]]:
-    """(code cell index, model id) of every widget view in `nb`'s outputs whose model the notebook's
-    stored widget state lacks. A page built from it would show only the view's fallback picture."""
-    stored = nb.metadata.get("widgets", {}).get(_WIDGET_STATE, {}).get("state", {})
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    return [(i, out["data"][_WIDGET_VIEW]["model_id"]) for i, cell in enumerate(code)
-            for out in cell.get("outputs", []) if _WIDGET_VIEW in out.get("data", {})
-            and out["data"][_WIDGET_VIEW]["model_id"] not in stored]
-
-
-def _check_widget_state(notebooks: list[Path]) -> None:
+def views_without_state(notebooks: list[Path]) -> dict[Path, list[int]]:
+    """The code cells of each notebook that show widget views whose state the notebook did not store: a
+    page built from it shows their stored pictures instead (widget_state.fall_back_to_pictures)."""
     import nbformat
 
-    problems = []
-    for path in notebooks:
-        cells = sorted({i for i, _ in widgets_without_state(nbformat.read(path, as_version=4))})
-        if cells:
-            problems.append(f"{path}: code cell(s) {', '.join(map(str, cells))} show widgets whose state was not "
-                            "saved with the notebook")
-    if problems:
-        raise MissingWidgetState("\n".join(problems) + "\nA static page would show only their still pictures. "
-                                 "Store the state: `make execute NB=<notebook>`, or run the cells in `make lab` "
-                                 "(which saves widget state) and save; elsewhere turn on JupyterLab's Settings > "
-                                 "Jupyter Widgets > Save Jupyter widget state first.")
+    found = {Path(p): sorted({i for i, _ in widget_state.widgets_without_state(nbformat.read(p, as_version=4))})
+             for p in notebooks}
+    return {path: cells for path, cells in found.items() if cells}
 
 
 def _anywidget_amd() -> Path:
@@ -139,12 +118,12 @@ def build_site(notebooks: list[Path], out: Path) -> list[Path]:
     """Render `notebooks` to HTML under `out`, loading widgets and require.js from `out`/static.
 
     nbconvert's defaults fetch both from public CDNs, so pages would render blank widgets offline;
-    the local copies come from `npm ci` (package-lock.json pins them). Raises MissingWidgetState, before
-    writing anything, when a notebook shows widgets it stored no state for.
+    the local copies come from `npm ci` (package-lock.json pins them). A view whose widget state the notebook
+    did not store shows its stored picture (views_without_state names them).
     """
+    import nbformat
     from nbconvert import HTMLExporter
 
-    _check_widget_state([Path(p) for p in notebooks])
     if not _WIDGET_DIST.is_dir() or not _REQUIRE_JS.is_file():
         raise FileNotFoundError(f"{_WIDGET_DIST} or {_REQUIRE_JS} is missing: run `npm ci` in "
                                 f"{REPO} (make html does it), which needs Node.js and npm")
@@ -159,7 +138,10 @@ def build_site(notebooks: list[Path], out: Path) -> list[Path]:
                             require_js_url="static/require.js", mathjax_url="")
     pages = []
     for nb_path in sorted((Path(p) for p in notebooks), key=lambda p: p.name):
-        body, _ = exporter.from_filename(str(nb_path))
+        nb = nbformat.read(nb_path, as_version=4)
+        widget_state.fall_back_to_pictures(nb)
+        meta = {"name": nb_path.stem, "path": str(nb_path.parent)}
+        body, _ = exporter.from_notebook_node(nb, resources={"metadata": meta})
         pages.append(write_atomic(out / f"{nb_path.stem}.html", body.encode()))
     links = "\n".join(f'<li><a href="{p.name}">{html.escape(p.stem)}</a></li>' for p in pages)
     write_atomic(out / "index.html", f"<!doctype html><meta charset='utf-8'><title>PyTorch from the "
