@@ -2,7 +2,7 @@
 // module, as graph_view.esm() joins them): the state decoded, and the boxes of what the learner has opened
 // (graph_boxes.py's rules in JavaScript), laid out with layout(). No DOM here: Node runs it in the tests.
 const SVG_NS = "http://www.w3.org/2000/svg";   // the SVG namespace name, not an address that is fetched
-const MIN_TEXT_PX = 10, FONT = 12, SUB_FONT = 11, EDGE_FONT = 11, COLUMN = 0.62 * FONT, SUB_COLUMN = 0.62 * SUB_FONT, PAD = 8, MIN_W = 40, MAX_W = 240;
+const MIN_TEXT_PX = 10, FONT = 12, SUB_FONT = 11, EDGE_FONT = 11, COLUMN = 0.62 * FONT, SUB_COLUMN = 0.62 * SUB_FONT, EDGE_COLUMN = 0.62 * EDGE_FONT, PAD = 8, MIN_W = 40, MAX_W = 240;
 const WIDE = /[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6\u{20000}-\u{3fffd}]/u;
 // graph_boxes.columns and fitted: the same widths, the same cuts.
 export function columns(text) {
@@ -78,8 +78,58 @@ export function viewOf(graph, expanded) {
   pairs.sort((p, q) => p[0] - q[0] || p[1] - q[1]);
   const drawing = layout(boxes.length, pairs, boxes.map((b) => b.w));
   boxes.forEach((b, k) => { [b.x, b.y, b.w, b.h] = drawing.boxes[k]; });
-  return { boxes, boxOf, edges: pairs.map(([from, to], k) => ({ from, to, points: drawing.routes[k],
-    label: edgeLabel(carried.get(from * boxes.length + to)) })), width: drawing.width, height: drawing.height };
+  const edges = pairs.map(([from, to], k) => ({ from, to, points: drawing.routes[k],
+    label: edgeLabel(carried.get(from * boxes.length + to)) }));
+  const places = placeLabels(drawing.boxes, edges, drawing.width);
+  edges.forEach((e, k) => { e.labelAt = places[k]; });
+  return { boxes, boxOf, edges, width: drawing.width, height: drawing.height };
+}
+
+// edge_labels.place, line for line: each label beside its own edge, clear of boxes and of the labels placed
+// before it (the edges out of one box that carry one tensor share one label); null where none is drawn.
+const ASCENT = 12, DESCENT = 4, ROW = ASCENT + DESCENT, ROWS = 3, SIDE = 2, GAP = 4, CELL = 64;
+export function placeLabels(boxes, edges, width) {
+  const places = edges.map(() => null);
+  if (!edges.some((e) => e.label)) return places;
+  const taken = new Map(), cells = ([x0, y0, x1, y1], visit) => {
+    for (let cx = Math.floor(x0 / CELL); cx <= Math.floor(x1 / CELL); cx++) {
+      for (let cy = Math.floor(y0 / CELL); cy <= Math.floor(y1 / CELL); cy++) visit(`${cx} ${cy}`);
+    }
+  };
+  const add = (r) => cells(r, (key) => { if (!taken.has(key)) taken.set(key, []); taken.get(key).push(r); });
+  const meets = (r) => { let hit = false; cells(r, (key) => { hit = hit || (taken.get(key) || []).some((q) =>
+    q[0] < r[2] && r[0] < q[2] && q[1] < r[3] && r[1] < q[3]); }); return hit; };
+  for (const [x, y, w, h] of boxes) add([x, y, x + w, y + h]);
+  const outLabels = new Map(), done = new Set();
+  for (const e of edges) outLabels.set(e.from, (outLabels.get(e.from) || new Set()).add(e.label));
+  edges.forEach((e, k) => {
+    if (!e.label || done.has(e.from)) return;
+    const size = columns(e.label) * EDGE_COLUMN;
+    for (const [x, baseline] of labelCandidates(e.points, size)) {
+      const rect = [x - SIDE, baseline - ASCENT, x + size + SIDE, baseline + DESCENT];
+      if (rect[0] >= 0 && rect[2] <= width && !meets(rect)) {
+        add(rect);
+        places[k] = [x, baseline];
+        if (outLabels.get(e.from).size === 1) done.add(e.from);
+        break;
+      }
+    }
+  });
+  return places;
+}
+
+function* labelCandidates(points, size) {        // edge_labels._candidates
+  for (let k = 0; k + 1 < points.length; k++) {
+    const [x1, y1] = points[k], [x2, y2] = points[k + 1];
+    if (y1 === y2) continue;
+    const low = Math.min(y1, y2), high = Math.max(y1, y2);
+    const xAt = (y) => { const c = Math.min(Math.max(y, low), high); return x1 + (x2 - x1) * (c - y1) / (y2 - y1); };
+    for (let row = 0; row < ROWS; row++) {
+      const top = low + 1 + row * ROW, xa = xAt(top), xb = xAt(top + ROW);
+      yield [Math.max(xa, xb) + GAP, top + ASCENT];
+      yield [Math.min(xa, xb) - GAP - size, top + ASCENT];
+    }
+  }
 }
 
 // graph_boxes._carried and _edge_label: the labels of the edges each pair of boxes stands for, and the one

@@ -245,8 +245,6 @@ class Pane {
 
   drawSvg(boxes, meets) {
     const v = this.view, picture = this.picture, arrow = `gv-arrow-${++arrows}`;     // ids are page-wide: one per drawing
-    const outLabels = new Map();             // graph_boxes._boxes_with_mixed_labels: a split's outputs differ
-    for (const e of v.edges) outLabels.set(e.from, (outLabels.get(e.from) || new Set()).add(e.label));
     const marker = svg("marker", { id: arrow, viewBox: "0 0 6 6", refX: 6, refY: 3, markerWidth: 6,
       markerHeight: 6, orient: "auto" }, svg("defs", {}, picture));
     svg("path", { d: "M0,0 L6,3 L0,6 z", fill: "var(--gv-line)" }, marker);
@@ -254,9 +252,8 @@ class Pane {
       if (!meets(...e.box)) return;
       svg("polyline", { points: e.points.map((q) => q.join(",")).join(" "), class: "gv-edge",
         "marker-end": `url(#${arrow})`, "data-edge": i }, picture);
-      if (e.label && this.texts) {        // graph_boxes.edge_label_at: below where it leaves its box, or along it
-        const [[x0, y0], [x1, y1]] = e.points, shared = outLabels.get(e.from).size === 1;
-        const [x, y] = shared ? [x0 + 4, y0 + 13] : [x0 + (x1 - x0) * 0.45 + 3, y0 + (y1 - y0) * 0.45 + 4];
+      if (e.labelAt && this.texts) {      // placed by placeLabels: clear of every box and other label
+        const [x, y] = e.labelAt;
         svg("text", { x, y, "font-size": EDGE_FONT, class: "gv-elabel" }, picture).textContent = e.label;
       }
     });

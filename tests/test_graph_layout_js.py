@@ -31,7 +31,7 @@ for (const [name, g] of Object.entries(job.layouts)) {
 for (const { state, expanded } of job.views) {
   const v = gv.viewOf(gv.unpackState(state), new Set(expanded));
   out.views.push({ boxes: v.boxes.map((b) => [b.key, b.lines, b.title, b.kind, b.members, b.x, b.y, b.w, b.h]),
-    edges: v.edges.map((e) => [e.from, e.to, e.points, e.label]), width: v.width, height: v.height });
+    edges: v.edges.map((e) => [e.from, e.to, e.points, e.label, e.labelAt]), width: v.width, height: v.height });
 }
 process.stdout.write(JSON.stringify(out));
 """
@@ -57,7 +57,8 @@ def run_js(tmp_path: Path, job: dict) -> dict:
 
 def _python_view(shown: graph_boxes.View) -> dict:
     return {"boxes": [[b.key, list(b.lines), b.title, b.kind, list(b.members), b.x, b.y, b.w, b.h] for b in shown.boxes],
-            "edges": [[e.src, e.dst, [list(p) for p in e.points], e.label] for e in shown.edges],
+            "edges": [[e.src, e.dst, [list(p) for p in e.points], e.label, list(e.label_at) if e.label_at else None]
+                      for e in shown.edges],
             "width": shown.width, "height": shown.height}
 
 
