@@ -121,11 +121,11 @@ def view(data, expanded=frozenset(), info: dict[str, ModuleInfo] | None = None) 
     drawing = graph_layout.layout(len(unplaced), pairs, [b.w for b in unplaced])
     boxes = tuple(dataclasses.replace(b, x=x, y=y, w=w, h=h) for b, (x, y, w, h) in zip(unplaced, drawing.boxes))
     labels = [_edge_label(carried[pair]) for pair in pairs]
-    places = edge_labels.place(drawing.boxes, [(s, route, label) for (s, _), route, label in
-                                               zip(pairs, drawing.routes, labels)], drawing.width, columns=columns)
+    places, width = edge_labels.place(drawing.boxes, [(s, route, label) for (s, _), route, label in
+                                                      zip(pairs, drawing.routes, labels)], drawing.width, columns=columns)
     edges = tuple(Route(s, d, route, label, at) for (s, d), route, label, at in
                   zip(pairs, drawing.routes, labels, places))
-    return View(frozenset(expanded), boxes, edges, drawing.width, drawing.height)
+    return View(frozenset(expanded), boxes, edges, width, drawing.height)
 
 
 def _carried(data, box_of: dict[int, int]) -> dict[tuple[int, int], list[str]]:

@@ -80,56 +80,102 @@ export function viewOf(graph, expanded) {
   boxes.forEach((b, k) => { [b.x, b.y, b.w, b.h] = drawing.boxes[k]; });
   const edges = pairs.map(([from, to], k) => ({ from, to, points: drawing.routes[k],
     label: edgeLabel(carried.get(from * boxes.length + to)) }));
-  const places = placeLabels(drawing.boxes, edges, drawing.width);
+  const { places, width } = placeLabels(drawing.boxes, edges, drawing.width);
   edges.forEach((e, k) => { e.labelAt = places[k]; });
-  return { boxes, boxOf, edges, width: drawing.width, height: drawing.height };
+  return { boxes, boxOf, edges, width, height: drawing.height };
 }
 
 // edge_labels.place, line for line: each label beside its own edge, clear of boxes and of the labels placed
-// before it (the edges out of one box that carry one tensor share one label); null where none is drawn.
+// before it, and where it can, of other edges' lines; the edges out of one box that carry one tensor share
+// one label. Returns a place (or null) per edge, and the width with the labels in it.
 const ASCENT = 12, DESCENT = 4, ROW = ASCENT + DESCENT, ROWS = 3, SIDE = 2, GAP = 4, CELL = 64;
 export function placeLabels(boxes, edges, width) {
   const places = edges.map(() => null);
-  if (!edges.some((e) => e.label)) return places;
-  const taken = new Map(), cells = ([x0, y0, x1, y1], visit) => {
-    for (let cx = Math.floor(x0 / CELL); cx <= Math.floor(x1 / CELL); cx++) {
-      for (let cy = Math.floor(y0 / CELL); cy <= Math.floor(y1 / CELL); cy++) visit(`${cx} ${cy}`);
-    }
-  };
-  const add = (r) => cells(r, (key) => { if (!taken.has(key)) taken.set(key, []); taken.get(key).push(r); });
-  const meets = (r) => { let hit = false; cells(r, (key) => { hit = hit || (taken.get(key) || []).some((q) =>
-    q[0] < r[2] && r[0] < q[2] && q[1] < r[3] && r[1] < q[3]); }); return hit; };
-  for (const [x, y, w, h] of boxes) add([x, y, x + w, y + h]);
-  const outLabels = new Map(), done = new Set();
-  for (const e of edges) outLabels.set(e.from, (outLabels.get(e.from) || new Set()).add(e.label));
+  if (!edges.some((e) => e.label)) return { places, width };
+  const taken = grid(), lines = grid();
+  for (const [x, y, w, h] of boxes) taken.add([x, y, x + w, y + h], -1);
+  edges.forEach((e, k) => e.points.forEach(([x1, y1], i) => {
+    const [x2, y2] = e.points[i + 1] || [x1, y1];
+    if (y1 !== y2) lines.add([Math.min(x1, x2), Math.min(y1, y2), Math.max(x1, x2), Math.max(y1, y2)], [k, x1, y1, x2, y2]);
+  }));
+  const out = outEdges(edges), done = new Set();
   edges.forEach((e, k) => {
     if (!e.label || done.has(e.from)) return;
-    const size = columns(e.label) * EDGE_COLUMN;
-    for (const [x, baseline] of labelCandidates(e.points, size)) {
-      const rect = [x - SIDE, baseline - ASCENT, x + size + SIDE, baseline + DESCENT];
-      if (rect[0] >= 0 && rect[2] <= width && !meets(rect)) {
-        add(rect);
-        places[k] = [x, baseline];
-        if (outLabels.get(e.from).size === 1) done.add(e.from);
-        break;
-      }
-    }
+    const mine = out.get(e.from) || new Set([k]), size = columns(e.label) * EDGE_COLUMN;
+    const at = firstFree(labelCandidates(e.points, size), size, taken, lines, mine);
+    if (at === null) return;
+    const rect = padded(at, size);
+    taken.add(rect, k);
+    places[k] = at;
+    width = Math.max(width, rect[2] + MARGIN);
+    if (out.has(e.from)) done.add(e.from);
   });
-  return places;
+  return { places, width };
 }
 
-function* labelCandidates(points, size) {        // edge_labels._candidates
+function outEdges(edges) {      // edge_labels._out_edges
+  const labels = new Map(), out = new Map();
+  edges.forEach((e, k) => {
+    if (!labels.has(e.from)) { labels.set(e.from, new Set()); out.set(e.from, new Set()); }
+    labels.get(e.from).add(e.label);
+    out.get(e.from).add(k);
+  });
+  for (const [src, seen] of labels) if (seen.size !== 1) out.delete(src);
+  return out;
+}
+
+function firstFree(candidates, size, taken, lines, mine) {
+  let fallback = null;
+  for (const at of candidates) {
+    const rect = padded(at, size);
+    if (rect[0] < 0 || taken.near(rect).length) continue;
+    if (!lines.near(rect).some(([k, x1, y1, x2, y2]) => !mine.has(k) && crosses(x1, y1, x2, y2, rect))) return at;
+    if (fallback === null) fallback = at;
+  }
+  return fallback;
+}
+
+function* labelCandidates(points, size) {
   for (let k = 0; k + 1 < points.length; k++) {
     const [x1, y1] = points[k], [x2, y2] = points[k + 1];
     if (y1 === y2) continue;
-    const low = Math.min(y1, y2), high = Math.max(y1, y2);
-    const xAt = (y) => { const c = Math.min(Math.max(y, low), high); return x1 + (x2 - x1) * (c - y1) / (y2 - y1); };
     for (let row = 0; row < ROWS; row++) {
-      const top = low + 1 + row * ROW, xa = xAt(top), xb = xAt(top + ROW);
+      const top = Math.min(y1, y2) + 1 + row * ROW, xa = xAt(x1, y1, x2, y2, top), xb = xAt(x1, y1, x2, y2, top + ROW);
       yield [Math.max(xa, xb) + GAP, top + ASCENT];
       yield [Math.min(xa, xb) - GAP - size, top + ASCENT];
     }
   }
+}
+
+function xAt(x1, y1, x2, y2, y) {
+  const c = Math.min(Math.max(y, Math.min(y1, y2)), Math.max(y1, y2));
+  return x1 + (x2 - x1) * (c - y1) / (y2 - y1);
+}
+
+function crosses(x1, y1, x2, y2, r) {
+  const low = Math.max(Math.min(y1, y2), r[1]), high = Math.min(Math.max(y1, y2), r[3]);
+  if (low >= high) return false;
+  const xa = xAt(x1, y1, x2, y2, low), xb = xAt(x1, y1, x2, y2, high);
+  return Math.min(xa, xb) < r[2] && r[0] < Math.max(xa, xb);
+}
+
+function padded([x, baseline], size) { return [x - SIDE, baseline - ASCENT, x + size + SIDE, baseline + DESCENT]; }
+
+function grid() {              // edge_labels._Grid: rects in CELL-pixel cells, each with an item
+  const cells = new Map(), keys = ([x0, y0, x1, y1]) => {
+    const found = [];
+    for (let cx = Math.floor(x0 / CELL); cx <= Math.floor(x1 / CELL); cx++) {
+      for (let cy = Math.floor(y0 / CELL); cy <= Math.floor(y1 / CELL); cy++) found.push(`${cx} ${cy}`);
+    }
+    return found;
+  };
+  return {
+    add(r, item) { for (const key of keys(r)) { if (!cells.has(key)) cells.set(key, []); cells.get(key).push([r, item]); } },
+    near(r) {
+      return keys(r).flatMap((key) => (cells.get(key) || []).filter(([q]) => q[0] <= r[2] && r[0] <= q[2]
+        && q[1] < r[3] && r[1] < q[3]).map(([, item]) => item));
+    },
+  };
 }
 
 // graph_boxes._carried and _edge_label: the labels of the edges each pair of boxes stands for, and the one

@@ -33,6 +33,7 @@ const CSS = `
 .gv-panes { display: flex; gap: 8px; }
 .gv-pane { flex: 1; min-width: 0; }
 .gv-title { font-weight: bold; min-height: 1.5em; }
+.gv-hint { font-size: 12px; text-align: right; color: var(--gv-fg); }
 .gv-stage { border: 1px solid var(--gv-border); height: 480px; overflow: hidden; cursor: grab; background: var(--gv-bg); }
 .gv-stage { position: relative; }
 .gv-stage svg, .gv-canvas { width: 100%; height: 100%; display: block; }
@@ -170,6 +171,7 @@ class Pane {
       cursor: -1, step: -1, query: "", hits: [] });
     const pane = tag("div", undefined, parent, "gv-pane");
     tag("div", graph.title, pane, "gv-title");
+    this.hint = tag("div", "", pane, "gv-hint");           // says so when the graph goes on past the frame
     const stage = this.stage = tag("div", undefined, pane, "gv-stage");
     stage.tabIndex = 0;
     stage.setAttribute("role", "group");
@@ -191,11 +193,21 @@ class Pane {
   applyFrame() {
     const f = this.frame;
     this.picture.setAttribute("viewBox", `${f.x} ${f.y} ${f.w} ${f.h}`);
+    this.showHint();
     if (this.texts !== undefined && this.texts !== readable(this.stage, f)) this.paint(true);   // zoomed past 4 px
     else if (this.view.boxes.length > CULL && !this.pending) {      // a big view redraws what is on screen
       this.pending = true;
       requestAnimationFrame(() => { this.pending = false; this.paint(false); });
     }
+  }
+
+  showHint() {     // a graph cut at the frame's edge (never shrunk below 10 px text) says it goes on, and where
+    const f = this.frame, width = this.view.width, left = f.x > 0.5, right = f.x + f.w < width - 0.5;
+    this.hint.hidden = !(left || right);
+    if (this.hint.hidden) return;
+    const where = left && right ? "← more on both sides →" : left ? "← more to the left" : "more to the right →";
+    this.hint.textContent = `${where} · the graph is ${Math.round(width).toLocaleString("en-US")} px wide and `
+      + `${Math.round((100 * f.w) / width)} % of it shows: drag it sideways, or zoom out with the wheel or −`;
   }
 
   fit() {     // the width fitted, never magnified nor shrunk below 10 px text; the rest pans

@@ -66,12 +66,12 @@ def test_a_tensor_used_twice_has_one_label_and_a_splits_outputs_one_each():
     boxes = [(10.0, 10.0, 200.0, 36.0), (10.0, 86.0, 60.0, 36.0), (150.0, 86.0, 60.0, 36.0)]
     one = [(0, ((110.0, 46.0), (40.0, 86.0)), "[4, 8]"), (0, ((110.0, 46.0), (180.0, 86.0)), "[4, 8]")]
     two = [(0, ((110.0, 46.0), (40.0, 86.0)), "[4, 4]"), (0, ((110.0, 46.0), (180.0, 86.0)), "[4, 2]")]
-    places_one = edge_labels.place(boxes, one, 300.0, columns=len)
-    places_two = edge_labels.place(boxes, two, 300.0, columns=len)
+    places_one, _ = edge_labels.place(boxes, one, 300.0, columns=len)
+    places_two, _ = edge_labels.place(boxes, two, 300.0, columns=len)
     assert places_one[0] is not None and places_one[1] is None
     assert None not in places_two and places_two[0] != places_two[1]
 
 
 def test_a_lone_edge_keeps_the_old_place_just_below_and_right_of_where_it_leaves():
     assert edge_labels.place([(10, 10, 60, 36)], [(0, ((40, 46), (40, 86)), "[32, 784]")], 200,
-                             columns=len) == [(44.0, 59.0)]
+                             columns=len) == ([(44.0, 59.0)], 200)
