@@ -6,7 +6,7 @@ placeLabels makes the same decisions with the same floating-point operations (te
 compares both). The rule, for the edges in the order the view lists them:
 - the edges out of one box that all carry the same tensor share one label, drawn on the first that has room;
 - a label tries the rows of its edge's first segment, top row first (16 px each, from the box it leaves),
-  right of the line then left of it; then the rows of the next segment, and so on along the edge;
+  right of the line then left of it; then the rows of the next segment, and so on, for SEGMENTS segments;
 - it takes the first place that overlaps no box, no label already placed and no other edge's line, else the
   first that overlaps no box and no label (a line under a label is a blemish; a label on a label is unreadable);
 - the drawing grows to the right for a label that needs it, never to the left of its left margin.
@@ -32,6 +32,7 @@ EDGE_COLUMN = 0.62 * EDGE_FONT       # a monospace column, as graph_boxes.SUB_CO
 ASCENT, DESCENT = 12.0, 4.0          # a label's room above and below its baseline: 11 px text and air
 ROW, ROWS = ASCENT + DESCENT, 3      # rows of label room below a segment's top: the 40 px gap holds two and a half
 SIDE, GAP = 2.0, 4.0                 # air left and right of a label's text; from its edge's line to the text
+SEGMENTS = 4                         # a label stays near its start: the gap below its box, the next slot and gap
 _CELL = 64.0                         # the grid that finds what a candidate place could overlap
 
 Rect = tuple[float, float, float, float]          # x0, y0, x1, y1
@@ -50,9 +51,8 @@ def place(boxes: Sequence[tuple[float, float, float, float]], edges: Sequence[Ed
     for x, y, w, h in boxes:
         taken.add((x, y, x + w, y + h), -1)
     for k, (_, points, _) in enumerate(edges):
-        for (x1, y1), (x2, y2) in zip(points, points[1:]):
-            if y1 != y2:
-                lines.add((min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2)), (k, x1, y1, x2, y2))
+        for x1, y1, x2, y2 in _lines(points):
+            lines.add((min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2)), (k, x1, y1, x2, y2))
     out, done = _out_edges(edges), set()
     for k, (src, points, label) in enumerate(edges):
         if not label or src in done:
@@ -79,6 +79,20 @@ def _out_edges(edges: Sequence[Edge]) -> dict[int, set[int]]:
     return {src: ks for src, ks in out.items() if len(labels[src]) == 1}
 
 
+def _lines(points) -> list[Rect]:
+    """The route's segments (x1, y1, x2, y2), a straight vertical run through several layers as one: a skip
+    edge of a 2,000-op stack passes a thousand layers, and indexing each piece cost a second."""
+    found: list[Rect] = []
+    for (x1, y1), (x2, y2) in zip(points, points[1:]):
+        if y1 == y2:
+            continue
+        if found and x1 == x2 and found[-1][0] == found[-1][2] == x1 and found[-1][3] == y1:
+            found[-1] = (x1, found[-1][1], x2, y2)
+        else:
+            found.append((x1, y1, x2, y2))
+    return found
+
+
 def _first_free(candidates, size: float, taken: _Grid, lines: _Grid, mine: set[int]):
     """The first candidate clear of boxes, labels and other edges' lines, else the first clear of boxes and
     labels, else None."""
@@ -94,8 +108,9 @@ def _first_free(candidates, size: float, taken: _Grid, lines: _Grid, mine: set[i
 
 
 def _candidates(points, size: float):
-    """Baseline starts along the route, nearest its start first: each segment's rows, right then left."""
-    for (x1, y1), (x2, y2) in zip(points, points[1:]):
+    """Baseline starts along the route's first SEGMENTS segments, nearest its start first: each segment's rows,
+    right then left. (A skip edge of a 2,000-op stack has a thousand segments: trying them all took seconds.)"""
+    for (x1, y1), (x2, y2) in zip(points, points[1:SEGMENTS + 1]):
         if y1 == y2:
             continue
         for row in range(ROWS):
@@ -132,10 +147,9 @@ class _Grid:
     def __init__(self):
         self.cells: dict[tuple[int, int], list[tuple[Rect, object]]] = {}
 
-    def _keys(self, r: Rect):
-        for cx in range(math.floor(r[0] / _CELL), math.floor(r[2] / _CELL) + 1):
-            for cy in range(math.floor(r[1] / _CELL), math.floor(r[3] / _CELL) + 1):
-                yield cx, cy
+    def _keys(self, r: Rect) -> list[tuple[int, int]]:
+        rows = range(math.floor(r[1] / _CELL), math.floor(r[3] / _CELL) + 1)
+        return [(cx, cy) for cx in range(math.floor(r[0] / _CELL), math.floor(r[2] / _CELL) + 1) for cy in rows]
 
     def add(self, r: Rect, item) -> None:
         for key in self._keys(r):

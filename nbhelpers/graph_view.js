@@ -88,16 +88,17 @@ export function viewOf(graph, expanded) {
 // edge_labels.place, line for line: each label beside its own edge, clear of boxes and of the labels placed
 // before it, and where it can, of other edges' lines; the edges out of one box that carry one tensor share
 // one label. Returns a place (or null) per edge, and the width with the labels in it.
-const ASCENT = 12, DESCENT = 4, ROW = ASCENT + DESCENT, ROWS = 3, SIDE = 2, GAP = 4, CELL = 64;
+const ASCENT = 12, DESCENT = 4, ROW = ASCENT + DESCENT, ROWS = 3, SIDE = 2, GAP = 4, SEGMENTS = 4, CELL = 64;
 export function placeLabels(boxes, edges, width) {
   const places = edges.map(() => null);
   if (!edges.some((e) => e.label)) return { places, width };
   const taken = grid(), lines = grid();
   for (const [x, y, w, h] of boxes) taken.add([x, y, x + w, y + h], -1);
-  edges.forEach((e, k) => e.points.forEach(([x1, y1], i) => {
-    const [x2, y2] = e.points[i + 1] || [x1, y1];
-    if (y1 !== y2) lines.add([Math.min(x1, x2), Math.min(y1, y2), Math.max(x1, x2), Math.max(y1, y2)], [k, x1, y1, x2, y2]);
-  }));
+  edges.forEach((e, k) => {
+    for (const [x1, y1, x2, y2] of straightLines(e.points)) {
+      lines.add([Math.min(x1, x2), Math.min(y1, y2), Math.max(x1, x2), Math.max(y1, y2)], [k, x1, y1, x2, y2]);
+    }
+  });
   const out = outEdges(edges), done = new Set();
   edges.forEach((e, k) => {
     if (!e.label || done.has(e.from)) return;
@@ -124,6 +125,17 @@ function outEdges(edges) {      // edge_labels._out_edges
   return out;
 }
 
+function straightLines(points) {       // edge_labels._lines: a straight vertical run as one segment
+  const found = [];
+  for (let i = 0; i + 1 < points.length; i++) {
+    const [x1, y1] = points[i], [x2, y2] = points[i + 1], last = found[found.length - 1];
+    if (y1 === y2) continue;
+    if (last && x1 === x2 && last[0] === x1 && last[2] === x1 && last[3] === y1) last[3] = y2;
+    else found.push([x1, y1, x2, y2]);
+  }
+  return found;
+}
+
 function firstFree(candidates, size, taken, lines, mine) {
   let fallback = null;
   for (const at of candidates) {
@@ -135,8 +147,8 @@ function firstFree(candidates, size, taken, lines, mine) {
   return fallback;
 }
 
-function* labelCandidates(points, size) {
-  for (let k = 0; k + 1 < points.length; k++) {
+function* labelCandidates(points, size) {      // the first SEGMENTS segments, as in Python
+  for (let k = 0; k + 1 < Math.min(points.length, SEGMENTS + 1); k++) {
     const [x1, y1] = points[k], [x2, y2] = points[k + 1];
     if (y1 === y2) continue;
     for (let row = 0; row < ROWS; row++) {

@@ -206,8 +206,8 @@ class Pane {
     this.hint.hidden = !(left || right);
     if (this.hint.hidden) return;
     const where = left && right ? "← more on both sides →" : left ? "← more to the left" : "more to the right →";
-    this.hint.textContent = `${where} · the graph is ${Math.round(width).toLocaleString("en-US")} px wide and `
-      + `${Math.round((100 * f.w) / width)} % of it shows: drag it sideways, or zoom out with the wheel or −`;
+    this.hint.textContent = `${where} · the graph is ${Math.round(width).toLocaleString("en-US")} px wide, `
+      + `${Math.round((100 * f.w) / width)} % shown: drag it sideways, or zoom out (wheel or −)`;
   }
 
   fit() {     // the width fitted, never magnified nor shrunk below 10 px text; the rest pans

@@ -134,15 +134,21 @@ def check_labels_fit(page, min_px: float = 10.0) -> int:
 
 
 # Every drawn edge label of every pane against every other label and every box of its pane, by the boxes the
-# browser measures (SVG user units: one coordinate system per pane). Touching is not overlapping.
+# browser measures (SVG user units: one coordinate system per pane; touching is not overlapping), and its
+# size on screen (10 px or more, 9.99 for rounding).
 LABEL_OVERLAPS = """() => {
     const meet = (a, b) => a.x < b.x + b.width - 0.01 && b.x < a.x + a.width - 0.01
       && a.y < b.y + b.height - 0.01 && b.y < a.y + a.height - 0.01;
     const found = [];
     let labels = 0;
     document.querySelectorAll(".gv-pane").forEach((pane, p) => {
-      const title = pane.querySelector(".gv-title").textContent.slice(0, 30);
+      const title = pane.querySelector(".gv-title").textContent.slice(0, 30), svg = pane.querySelector(".gv-stage svg");
+      const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
       const texts = [...pane.querySelectorAll("text.gv-elabel")].map((t) => [t.textContent, t.getBBox()]);
+      for (const t of pane.querySelectorAll("text.gv-elabel")) {
+        const px = Number(t.getAttribute("font-size")) * scale;
+        if (px < 9.99) found.push(`pane ${p} (${title}): ${t.textContent} is ${px.toFixed(2)} px on screen`);
+      }
       const rects = [...pane.querySelectorAll("g.gv-box")].map((g) => [g.dataset.key, g.querySelector("rect").getBBox()]);
       labels += texts.length;
       texts.forEach(([text, r], i) => {
@@ -156,7 +162,8 @@ LABEL_OVERLAPS = """() => {
 
 
 def check_labels_apart(page) -> int:
-    """No edge label on `page` overlaps another label or a box; returns how many labels were measured."""
+    """No edge label on `page` overlaps another label or a box, and each is 10 px or more on screen; returns how
+    many labels were measured."""
     measured = page.evaluate(LABEL_OVERLAPS)
     assert not measured["found"], measured["found"][:8]
     return measured["labels"]

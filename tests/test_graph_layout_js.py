@@ -92,6 +92,9 @@ def _cases() -> dict[str, graph_view.GraphData]:
     cases["resnet18"] = _graph(torchvision.models.resnet18(), lambda m: m(torch.rand(1, 3, 64, 64)).sum())
     forward, _, _, _ = forward_view.twin(forward_graph.trace(torchvision.models.resnet18(), torch.rand(1, 3, 64, 64)))
     cases["resnet18 forward"] = forward            # tips, and edges labelled with shapes ("3 tensors" when merged)
+    deep = nn.Sequential(*[nn.Sequential(nn.Linear(6, 6), nn.Tanh()) for _ in range(12)])
+    cases["deep forward"], _, _, _ = forward_view.twin(forward_graph.trace(deep, torch.randn(2, 6)))   # long
+    # edges from the parameters at the top, so labels past their first segments and straight vertical runs
     return cases
 
 
@@ -108,7 +111,7 @@ def test_the_browser_draws_the_boxes_python_draws_for_every_expansion(tmp_path):
             jobs.append({"state": graph_view._state(data, expanded), "expanded": sorted(expanded)})
             expected.append(_python_view(graph_boxes.view(data, expanded)))
     got = run_js(tmp_path, {"layouts": {}, "views": jobs})["views"]
-    assert len(got) == len(expected) == 25
+    assert len(got) == len(expected) == 30
     for mine, theirs in zip(expected, got):
         assert mine == theirs                                  # keys, cut labels, tooltips, places, routes
 
