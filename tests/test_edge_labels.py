@@ -1,5 +1,6 @@
 """Edge labels (a forward graph's tensor shapes) never cover one another or a box, in the stored SVG as in the
 browser (graph_view.js places them with the same rule: tests/test_graph_layout_js.py compares the two)."""
+import json
 import re
 
 import pytest
@@ -7,6 +8,7 @@ import torch
 from torch import nn
 
 from nbhelpers import edge_labels, forward_graph, forward_view, graph_boxes, graph_view
+from tests import REPO
 
 _RECT = re.compile(r'<rect x="([-\d.]+)" y="([-\d.]+)" width="([\d.]+)" height="([\d.]+)" rx="5"')
 _LABEL = re.compile(rf'<text x="([-\d.]+)" y="([-\d.]+)" font-size="{graph_boxes.EDGE_FONT}" fill="#333">([^<]*)</text>')
@@ -75,3 +77,15 @@ def test_a_tensor_used_twice_has_one_label_and_a_splits_outputs_one_each():
 def test_a_lone_edge_keeps_the_old_place_just_below_and_right_of_where_it_leaves():
     assert edge_labels.place([(10, 10, 60, 36)], [(0, ((40, 46), (40, 86)), "[32, 784]")], 200,
                              columns=len) == ([(44.0, 59.0)], 200)
+
+
+@pytest.mark.parametrize("name", ["02_autograd_graph", "05_compile_backends", "10_save_and_export", "11_custom_ops",
+                                  "12_error_casebook", "13_diagnose_your_model"])
+def test_the_pictures_stored_beside_the_views_have_no_label_on_a_label_or_a_box(name):
+    """The SVG each view's output carries (GitHub and nbconvert show it): one render_svg per pane."""
+    nb = json.loads((REPO / "notebooks" / f"{name}.ipynb").read_text())
+    pictures = ["".join(out["data"]["image/svg+xml"]) for cell in nb["cells"] for out in cell.get("outputs", ())
+                if "application/vnd.jupyter.widget-view+json" in out.get("data", {})]
+    panes = [pane for svg in pictures for pane in svg.split('<svg xmlns="http://www.w3.org/2000/svg" viewBox')[1:]]
+    found = [(name, overlap) for pane in panes for overlap in svg_overlaps(pane)[1]]
+    assert pictures and not found, found[:5]
