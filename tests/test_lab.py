@@ -338,7 +338,7 @@ def test_views_follow_jupyterlabs_theme_and_axe_finds_nothing_serious_in_either(
 
 @pytest.mark.browser
 @pytest.mark.parametrize("notebook", ["05_compile_backends", "10_save_and_export", "11_custom_ops",
-                                      "13_diagnose_your_model"])
+                                      "12_error_casebook", "13_diagnose_your_model"])
 def test_every_label_inside_its_box_at_10_px_in_the_stored_views(page, lab, notebook):
     open_notebook(page, lab, f"{notebook}.ipynb")
     stored = sum(1 for _ in browser.stored_panes(REPO / "notebooks" / f"{notebook}.ipynb"))
