@@ -99,9 +99,9 @@ def _first_free(candidates, size: float, taken: _Grid, lines: _Grid, mine: set[i
     fallback = None
     for at in candidates:
         rect = _padded(at, size)
-        if rect[0] < 0 or taken.near(rect):
+        if rect[0] < 0 or taken.holds(rect):
             continue
-        if not any(k not in mine and _crosses(x1, y1, x2, y2, rect) for k, x1, y1, x2, y2 in lines.near(rect)):
+        if not lines.holds(rect, _crosses_another, mine):
             return at
         fallback = at if fallback is None else fallback
     return fallback
@@ -124,6 +124,11 @@ def _x_at(x1: float, y1: float, x2: float, y2: float, y: float) -> float:
     """Where the segment is at height y (clamped to its ends)."""
     y = min(max(y, min(y1, y2)), max(y1, y2))
     return x1 + (x2 - x1) * (y - y1) / (y2 - y1)
+
+
+def _crosses_another(line: tuple, r: Rect, mine: set[int]) -> bool:
+    """Whether an edge other than `mine` has this line (edge, x1, y1, x2, y2) through rect r."""
+    return line[0] not in mine and _crosses(*line[1:], r)
 
 
 def _crosses(x1: float, y1: float, x2: float, y2: float, r: Rect) -> bool:
@@ -155,7 +160,11 @@ class _Grid:
         for key in self._keys(r):
             self.cells.setdefault(key, []).append((r, item))
 
-    def near(self, r: Rect) -> list:
-        """The items whose rects meet r (a vertical segment's rect has no width: touching counts)."""
-        return [item for key in self._keys(r) for q, item in self.cells.get(key, ())
-                if q[0] <= r[2] and r[0] <= q[2] and q[1] < r[3] and r[1] < q[3]]
+    def holds(self, r: Rect, test=None, *args) -> bool:
+        """Whether an item whose rect meets r (touching counts left and right: a vertical line's rect has no
+        width) passes test(item, r, *args) (any item, without a test)."""
+        for key in self._keys(r):
+            for q, item in self.cells.get(key, ()):
+                if q[0] <= r[2] and r[0] <= q[2] and q[1] < r[3] and r[1] < q[3] and (test is None or test(item, r, *args)):
+                    return True
+        return False

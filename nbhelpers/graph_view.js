@@ -140,8 +140,8 @@ function firstFree(candidates, size, taken, lines, mine) {
   let fallback = null;
   for (const at of candidates) {
     const rect = padded(at, size);
-    if (rect[0] < 0 || taken.near(rect).length) continue;
-    if (!lines.near(rect).some(([k, x1, y1, x2, y2]) => !mine.has(k) && crosses(x1, y1, x2, y2, rect))) return at;
+    if (rect[0] < 0 || taken.holds(rect)) continue;
+    if (!lines.holds(rect, ([k, x1, y1, x2, y2]) => !mine.has(k) && crosses(x1, y1, x2, y2, rect))) return at;
     if (fallback === null) fallback = at;
   }
   return fallback;
@@ -183,9 +183,13 @@ function grid() {              // edge_labels._Grid: rects in CELL-pixel cells, 
   };
   return {
     add(r, item) { for (const key of keys(r)) { if (!cells.has(key)) cells.set(key, []); cells.get(key).push([r, item]); } },
-    near(r) {
-      return keys(r).flatMap((key) => (cells.get(key) || []).filter(([q]) => q[0] <= r[2] && r[0] <= q[2]
-        && q[1] < r[3] && r[1] < q[3]).map(([, item]) => item));
+    holds(r, test) {
+      for (const key of keys(r)) {
+        for (const [q, item] of cells.get(key) || []) {
+          if (q[0] <= r[2] && r[0] <= q[2] && q[1] < r[3] && r[1] < q[3] && (!test || test(item))) return true;
+        }
+      }
+      return false;
     },
   };
 }
