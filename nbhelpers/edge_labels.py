@@ -9,7 +9,7 @@ compares both). The rule, for the edges in the order the view lists them:
   right of the line then left of it; then the rows of the next segment, and so on, for SEGMENTS segments;
 - it takes the first place that overlaps no box, no label already placed and no other edge's line, else the
   first that overlaps no box and no label (a line under a label is a blemish; a label on a label is unreadable);
-- the drawing grows to the right for a label that needs it, never to the left of its left margin.
+- the drawing grows to the right for a label that needs it; no label starts left of the drawing.
 A label with no such place is left out of the picture (the edge still stands for it); the first place of a
 lone edge is just below and right of where it leaves its box, where the old rule put every label.
 
@@ -53,18 +53,18 @@ def place(boxes: Sequence[tuple[float, float, float, float]], edges: Sequence[Ed
     for k, (_, points, _) in enumerate(edges):
         for x1, y1, x2, y2 in _lines(points):
             lines.add((min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2)), (k, x1, y1, x2, y2))
-    out, done = _out_edges(edges), set()
+    shared, done = _out_edges(edges), set()
     for k, (src, points, label) in enumerate(edges):
         if not label or src in done:
             continue
-        mine = out[src] if src in out else {k}     # a shared label may lie on its siblings' lines
+        mine = shared.get(src, {k})                # a shared label may lie on its siblings' lines
         size = columns(label) * EDGE_COLUMN
         at = _first_free(_candidates(points, size), size, taken, lines, mine)
         if at is not None:
             rect = _padded(at, size)
             taken.add(rect, k)
             places[k], width = at, max(width, rect[2] + MARGIN)
-            if src in out:
+            if src in shared:
                 done.add(src)
     return places, width
 
