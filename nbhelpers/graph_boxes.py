@@ -23,14 +23,14 @@ import math
 import re
 from dataclasses import dataclass
 
-from nbhelpers import arguments, graph_layout
+from nbhelpers import arguments, edge_labels, graph_layout
 
 __all__ = ["Box", "Route", "View", "view", "first_expansion", "render_svg", "legend_items", "module_info",
            "columns", "fitted", "LEGEND", "MAX_BOXES", "STAGE_W", "MIN_TEXT_PX"]
 
 FONT, SUB_FONT = 12, 11                # px: a box's label, and a module box's second line
 COLUMN, SUB_COLUMN = 0.62 * FONT, 0.62 * SUB_FONT   # a monospace column (fonts' advance is 0.55-0.61 em)
-PAD, MIN_W, MAX_W, LEGEND_ROW, EDGE_FONT = 8.0, 40.0, 240.0, 20, SUB_FONT      # an edge label: legible at the fit
+PAD, MIN_W, MAX_W, LEGEND_ROW, EDGE_FONT = 8.0, 40.0, 240.0, 20, edge_labels.EDGE_FONT   # SUB_FONT: legible at the fit
 STAGE_W, MIN_TEXT_PX, MAX_BOXES = 760, 10, 300     # the notebook output's width; legible text; boxes
 _WIDE = re.compile("[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60"
                    "\uffe0-\uffe6\U00020000-\U0003fffd]")   # East Asian wide: two columns (the same set in JS)
@@ -72,6 +72,7 @@ class Route:
     dst: int
     points: tuple[tuple[float, float], ...]
     label: str = ""                            # what the edges it stands for carry (a tensor's shape), if one thing
+    label_at: tuple[float, float] | None = None   # where its label is drawn (edge_labels.place), None: not drawn
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,12 @@ def view(data, expanded=frozenset(), info: dict[str, ModuleInfo] | None = None) 
     unplaced = [_box(data, key, nodes, info) for key, nodes in members.items()]
     drawing = graph_layout.layout(len(unplaced), pairs, [b.w for b in unplaced])
     boxes = tuple(dataclasses.replace(b, x=x, y=y, w=w, h=h) for b, (x, y, w, h) in zip(unplaced, drawing.boxes))
-    edges = tuple(Route(s, d, route, _edge_label(carried[(s, d)])) for (s, d), route in zip(pairs, drawing.routes))
-    return View(frozenset(expanded), boxes, edges, drawing.width, drawing.height)
+    labels = [_edge_label(carried[pair]) for pair in pairs]
+    places, width = edge_labels.place(drawing.boxes, [(s, route, label) for (s, _), route, label in
+                                                      zip(pairs, drawing.routes, labels)], drawing.width, columns=columns)
+    edges = tuple(Route(s, d, route, label, at) for (s, d), route, label, at in
+                  zip(pairs, drawing.routes, labels, places))
+    return View(frozenset(expanded), boxes, edges, width, drawing.height)
 
 
 def _carried(data, box_of: dict[int, int]) -> dict[tuple[int, int], list[str]]:
@@ -246,35 +251,16 @@ def render_svg(shown: View, selected: int | None = None) -> str:
              '<defs><marker id="gv-arrow" viewBox="0 0 6 6" refX="6" refY="3" markerWidth="6" '
              'markerHeight="6" orient="auto"><path d="M0,0 L6,3 L0,6 z" fill="#666"/></marker></defs>',
              '<rect width="100%" height="100%" fill="#fff"/>']
-    mixed = _boxes_with_mixed_labels(shown)
     for e in shown.edges:
         points = " ".join(f"{x:.1f},{y:.1f}" for x, y in e.points)
         parts.append(f'<polyline points="{points}" fill="none" stroke="#888" marker-end="url(#gv-arrow)"/>')
-        if e.label:
-            x, y = edge_label_at(e.points, e.src not in mixed)
+        if e.label_at:
+            x, y = e.label_at
             parts.append(f'<text x="{x:.1f}" y="{y:.1f}" font-size="{EDGE_FONT}" fill="#333">{html.escape(e.label)}</text>')
     parts += [_svg_box(b, selected is not None and selected in b.members) for b in shown.boxes]
     parts.append(legend)
     parts.append("</svg>")
     return "".join(parts)
-
-
-def _boxes_with_mixed_labels(shown: View) -> set[int]:
-    """The boxes whose outgoing edges carry different labels (an op with several outputs, such as split)."""
-    labels: dict[int, set[str]] = {}
-    for e in shown.edges:
-        labels.setdefault(e.src, set()).add(e.label)
-    return {box for box, seen in labels.items() if len(seen) > 1}
-
-
-def edge_label_at(points, shared: bool = True) -> tuple[float, float]:
-    """Where an edge's label starts. Edges into one box meet at its top, but the edges out of one box most
-    often carry the same tensor (`shared`): their labels sit just below where they leave, and coincide into
-    one. When they carry different tensors (split's outputs), each label sits 45 % along its own first segment."""
-    (x0, y0), (x1, y1) = points[0], points[1]
-    if shared:
-        return x0 + 4, y0 + 13
-    return x0 + (x1 - x0) * 0.45 + 3, y0 + (y1 - y0) * 0.45 + 4
 
 
 def _svg_box(b: Box, chosen: bool) -> str:

@@ -2,7 +2,7 @@
 // module, as graph_view.esm() joins them): the state decoded, and the boxes of what the learner has opened
 // (graph_boxes.py's rules in JavaScript), laid out with layout(). No DOM here: Node runs it in the tests.
 const SVG_NS = "http://www.w3.org/2000/svg";   // the SVG namespace name, not an address that is fetched
-const MIN_TEXT_PX = 10, FONT = 12, SUB_FONT = 11, EDGE_FONT = 11, COLUMN = 0.62 * FONT, SUB_COLUMN = 0.62 * SUB_FONT, PAD = 8, MIN_W = 40, MAX_W = 240;
+const MIN_TEXT_PX = 10, FONT = 12, SUB_FONT = 11, EDGE_FONT = 11, COLUMN = 0.62 * FONT, SUB_COLUMN = 0.62 * SUB_FONT, EDGE_COLUMN = 0.62 * EDGE_FONT, PAD = 8, MIN_W = 40, MAX_W = 240;
 const WIDE = /[\u1100-\u115f\u2e80-\ua4cf\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6\u{20000}-\u{3fffd}]/u;
 // graph_boxes.columns and fitted: the same widths, the same cuts.
 export function columns(text) {
@@ -78,8 +78,120 @@ export function viewOf(graph, expanded) {
   pairs.sort((p, q) => p[0] - q[0] || p[1] - q[1]);
   const drawing = layout(boxes.length, pairs, boxes.map((b) => b.w));
   boxes.forEach((b, k) => { [b.x, b.y, b.w, b.h] = drawing.boxes[k]; });
-  return { boxes, boxOf, edges: pairs.map(([from, to], k) => ({ from, to, points: drawing.routes[k],
-    label: edgeLabel(carried.get(from * boxes.length + to)) })), width: drawing.width, height: drawing.height };
+  const edges = pairs.map(([from, to], k) => ({ from, to, points: drawing.routes[k],
+    label: edgeLabel(carried.get(from * boxes.length + to)) }));
+  const { places, width } = placeLabels(drawing.boxes, edges, drawing.width);
+  edges.forEach((e, k) => { e.labelAt = places[k]; });
+  return { boxes, boxOf, edges, width, height: drawing.height };
+}
+
+// edge_labels.place, line for line: each label beside its own edge, clear of boxes and of the labels placed
+// before it, and where it can, of other edges' lines; the edges out of one box that carry one tensor share
+// one label. Returns a place (or null) per edge, and the width with the labels in it.
+const ASCENT = 12, DESCENT = 4, ROW = ASCENT + DESCENT, ROWS = 3, SIDE = 2, GAP = 4, SEGMENTS = 4, CELL = 64;
+export function placeLabels(boxes, edges, width) {
+  const places = edges.map(() => null);
+  if (!edges.some((e) => e.label)) return { places, width };
+  const taken = grid(), lines = grid();
+  for (const [x, y, w, h] of boxes) taken.add([x, y, x + w, y + h], -1);
+  edges.forEach((e, k) => {
+    for (const [x1, y1, x2, y2] of straightLines(e.points)) {
+      lines.add([Math.min(x1, x2), Math.min(y1, y2), Math.max(x1, x2), Math.max(y1, y2)], [k, x1, y1, x2, y2]);
+    }
+  });
+  const out = outEdges(edges), done = new Set();
+  edges.forEach((e, k) => {
+    if (!e.label || done.has(e.from)) return;
+    const mine = out.get(e.from) || new Set([k]), size = columns(e.label) * EDGE_COLUMN;
+    const at = firstFree(labelCandidates(e.points, size), size, taken, lines, mine);
+    if (at === null) return;
+    const rect = padded(at, size);
+    taken.add(rect, k);
+    places[k] = at;
+    width = Math.max(width, rect[2] + MARGIN);
+    if (out.has(e.from)) done.add(e.from);
+  });
+  return { places, width };
+}
+
+function outEdges(edges) {      // edge_labels._out_edges
+  const labels = new Map(), out = new Map();
+  edges.forEach((e, k) => {
+    if (!labels.has(e.from)) { labels.set(e.from, new Set()); out.set(e.from, new Set()); }
+    labels.get(e.from).add(e.label);
+    out.get(e.from).add(k);
+  });
+  for (const [src, seen] of labels) if (seen.size !== 1) out.delete(src);
+  return out;
+}
+
+function straightLines(points) {       // edge_labels._lines: a straight vertical run as one segment
+  const found = [];
+  for (let i = 0; i + 1 < points.length; i++) {
+    const [x1, y1] = points[i], [x2, y2] = points[i + 1], last = found[found.length - 1];
+    if (y1 === y2) continue;
+    if (last && x1 === x2 && last[0] === x1 && last[2] === x1 && last[3] === y1) last[3] = y2;
+    else found.push([x1, y1, x2, y2]);
+  }
+  return found;
+}
+
+function firstFree(candidates, size, taken, lines, mine) {
+  let fallback = null;
+  for (const at of candidates) {
+    const rect = padded(at, size);
+    if (rect[0] < 0 || taken.holds(rect)) continue;
+    if (!lines.holds(rect, ([k, x1, y1, x2, y2]) => !mine.has(k) && crosses(x1, y1, x2, y2, rect))) return at;
+    if (fallback === null) fallback = at;
+  }
+  return fallback;
+}
+
+function* labelCandidates(points, size) {      // the first SEGMENTS segments, as in Python
+  for (let k = 0; k + 1 < Math.min(points.length, SEGMENTS + 1); k++) {
+    const [x1, y1] = points[k], [x2, y2] = points[k + 1];
+    if (y1 === y2) continue;
+    for (let row = 0; row < ROWS; row++) {
+      const top = Math.min(y1, y2) + 1 + row * ROW, xa = xAt(x1, y1, x2, y2, top), xb = xAt(x1, y1, x2, y2, top + ROW);
+      yield [Math.max(xa, xb) + GAP, top + ASCENT];
+      yield [Math.min(xa, xb) - GAP - size, top + ASCENT];
+    }
+  }
+}
+
+function xAt(x1, y1, x2, y2, y) {
+  const c = Math.min(Math.max(y, Math.min(y1, y2)), Math.max(y1, y2));
+  return x1 + (x2 - x1) * (c - y1) / (y2 - y1);
+}
+
+function crosses(x1, y1, x2, y2, r) {
+  const low = Math.max(Math.min(y1, y2), r[1]), high = Math.min(Math.max(y1, y2), r[3]);
+  if (low >= high) return false;
+  const xa = xAt(x1, y1, x2, y2, low), xb = xAt(x1, y1, x2, y2, high);
+  return Math.min(xa, xb) < r[2] && r[0] < Math.max(xa, xb);
+}
+
+function padded([x, baseline], size) { return [x - SIDE, baseline - ASCENT, x + size + SIDE, baseline + DESCENT]; }
+
+function grid() {              // edge_labels._Grid: rects in CELL-pixel cells, each with an item
+  const cells = new Map(), keys = ([x0, y0, x1, y1]) => {
+    const found = [];
+    for (let cx = Math.floor(x0 / CELL); cx <= Math.floor(x1 / CELL); cx++) {
+      for (let cy = Math.floor(y0 / CELL); cy <= Math.floor(y1 / CELL); cy++) found.push(`${cx} ${cy}`);
+    }
+    return found;
+  };
+  return {
+    add(r, item) { for (const key of keys(r)) { if (!cells.has(key)) cells.set(key, []); cells.get(key).push([r, item]); } },
+    holds(r, test) {
+      for (const key of keys(r)) {
+        for (const [q, item] of cells.get(key) || []) {
+          if (q[0] <= r[2] && r[0] <= q[2] && q[1] < r[3] && r[1] < q[3] && (!test || test(item))) return true;
+        }
+      }
+      return false;
+    },
+  };
 }
 
 // graph_boxes._carried and _edge_label: the labels of the edges each pair of boxes stands for, and the one

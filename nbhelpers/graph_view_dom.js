@@ -33,6 +33,7 @@ const CSS = `
 .gv-panes { display: flex; gap: 8px; }
 .gv-pane { flex: 1; min-width: 0; }
 .gv-title { font-weight: bold; min-height: 1.5em; }
+.gv-hint { font-size: 12px; text-align: right; color: var(--gv-fg); }
 .gv-stage { border: 1px solid var(--gv-border); height: 480px; overflow: hidden; cursor: grab; background: var(--gv-bg); }
 .gv-stage { position: relative; }
 .gv-stage svg, .gv-canvas { width: 100%; height: 100%; display: block; }
@@ -170,6 +171,7 @@ class Pane {
       cursor: -1, step: -1, query: "", hits: [] });
     const pane = tag("div", undefined, parent, "gv-pane");
     tag("div", graph.title, pane, "gv-title");
+    this.hint = tag("div", "", pane, "gv-hint");           // says so when the graph goes on past the frame
     const stage = this.stage = tag("div", undefined, pane, "gv-stage");
     stage.tabIndex = 0;
     stage.setAttribute("role", "group");
@@ -191,11 +193,21 @@ class Pane {
   applyFrame() {
     const f = this.frame;
     this.picture.setAttribute("viewBox", `${f.x} ${f.y} ${f.w} ${f.h}`);
+    this.showHint();
     if (this.texts !== undefined && this.texts !== readable(this.stage, f)) this.paint(true);   // zoomed past 4 px
     else if (this.view.boxes.length > CULL && !this.pending) {      // a big view redraws what is on screen
       this.pending = true;
       requestAnimationFrame(() => { this.pending = false; this.paint(false); });
     }
+  }
+
+  showHint() {     // a graph cut at the frame's edge (never shrunk below 10 px text) says it goes on, and where
+    const f = this.frame, width = this.view.width, left = f.x > 0.5, right = f.x + f.w < width - 0.5;
+    this.hint.hidden = !(left || right);
+    if (this.hint.hidden) return;
+    const where = left && right ? "← more on both sides →" : left ? "← more to the left" : "more to the right →";
+    this.hint.textContent = `${where} · the graph is ${Math.round(width).toLocaleString("en-US")} px wide, `
+      + `${Math.round((100 * f.w) / width)} % shown: drag it sideways, or zoom out (wheel or −)`;
   }
 
   fit() {     // the width fitted, never magnified nor shrunk below 10 px text; the rest pans
@@ -245,8 +257,6 @@ class Pane {
 
   drawSvg(boxes, meets) {
     const v = this.view, picture = this.picture, arrow = `gv-arrow-${++arrows}`;     // ids are page-wide: one per drawing
-    const outLabels = new Map();             // graph_boxes._boxes_with_mixed_labels: a split's outputs differ
-    for (const e of v.edges) outLabels.set(e.from, (outLabels.get(e.from) || new Set()).add(e.label));
     const marker = svg("marker", { id: arrow, viewBox: "0 0 6 6", refX: 6, refY: 3, markerWidth: 6,
       markerHeight: 6, orient: "auto" }, svg("defs", {}, picture));
     svg("path", { d: "M0,0 L6,3 L0,6 z", fill: "var(--gv-line)" }, marker);
@@ -254,9 +264,8 @@ class Pane {
       if (!meets(...e.box)) return;
       svg("polyline", { points: e.points.map((q) => q.join(",")).join(" "), class: "gv-edge",
         "marker-end": `url(#${arrow})`, "data-edge": i }, picture);
-      if (e.label && this.texts) {        // graph_boxes.edge_label_at: below where it leaves its box, or along it
-        const [[x0, y0], [x1, y1]] = e.points, shared = outLabels.get(e.from).size === 1;
-        const [x, y] = shared ? [x0 + 4, y0 + 13] : [x0 + (x1 - x0) * 0.45 + 3, y0 + (y1 - y0) * 0.45 + 4];
+      if (e.labelAt && this.texts) {      // placed by placeLabels: clear of every box and other label
+        const [x, y] = e.labelAt;
         svg("text", { x, y, "font-size": EDGE_FONT, class: "gv-elabel" }, picture).textContent = e.label;
       }
     });

@@ -133,6 +133,64 @@ def check_labels_fit(page, min_px: float = 10.0) -> int:
     return len(labels)
 
 
+# Every drawn edge label of every pane against every other label and every box of its pane, by the boxes the
+# browser measures (SVG user units: one coordinate system per pane; touching is not overlapping), and its
+# size on screen (10 px or more, 9.99 for rounding).
+LABEL_OVERLAPS = """() => {
+    const meet = (a, b) => a.x < b.x + b.width - 0.01 && b.x < a.x + a.width - 0.01
+      && a.y < b.y + b.height - 0.01 && b.y < a.y + a.height - 0.01;
+    const found = [];
+    let labels = 0;
+    document.querySelectorAll(".gv-pane").forEach((pane, p) => {
+      const title = pane.querySelector(".gv-title").textContent.slice(0, 30), svg = pane.querySelector(".gv-stage svg");
+      const scale = svg.getBoundingClientRect().width / svg.viewBox.baseVal.width;
+      const texts = [...pane.querySelectorAll("text.gv-elabel")].map((t) => [t.textContent, t.getBBox()]);
+      for (const t of pane.querySelectorAll("text.gv-elabel")) {
+        const px = Number(t.getAttribute("font-size")) * scale;
+        if (px < 9.99) found.push(`pane ${p} (${title}): ${t.textContent} is ${px.toFixed(2)} px on screen`);
+      }
+      const rects = [...pane.querySelectorAll("g.gv-box")].map((g) => [g.dataset.key, g.querySelector("rect").getBBox()]);
+      labels += texts.length;
+      texts.forEach(([text, r], i) => {
+        for (const [other, q] of [...texts.slice(i + 1), ...rects]) {
+          if (meet(r, q)) found.push(`pane ${p} (${title}): ${text} on ${other}`);
+        }
+      });
+    });
+    return { labels, found };
+  }"""
+
+
+def check_labels_apart(page) -> int:
+    """No edge label on `page` overlaps another label or a box, and each is 10 px or more on screen; returns how
+    many labels were measured."""
+    measured = page.evaluate(LABEL_OVERLAPS)
+    assert not measured["found"], measured["found"][:8]
+    return measured["labels"]
+
+
+# Each pane: how far its drawn boxes reach past the frame (the SVG's viewBox) left and right, in user units,
+# and what its hint says when shown.
+WIDE_PANES = """() => [...document.querySelectorAll(".gv-pane")].map((pane) => {
+    const frame = pane.querySelector(".gv-stage svg").viewBox.baseVal, hint = pane.querySelector(".gv-hint");
+    const boxes = [...pane.querySelectorAll("g.gv-box rect")].map((r) => r.getBBox());
+    return { left: Math.max(0, ...boxes.map((b) => frame.x - b.x)),
+      right: Math.max(0, ...boxes.map((b) => b.x + b.width - frame.x - frame.width)),
+      hint: !hint || hint.hidden || !hint.offsetParent ? "" : hint.textContent };   // none: an old front-end
+  })"""
+
+
+def check_wide_views_say_so(page) -> int:
+    """A pane whose boxes go on past its frame shows a hint that says which way; the others show none.
+    Returns how many panes were cut."""
+    panes = page.evaluate(WIDE_PANES)
+    for pane in panes:
+        cut = pane["left"] > 1 or pane["right"] > 1
+        assert bool(pane["hint"]) == cut, pane
+        assert not pane["right"] > 1 or "right" in pane["hint"] or "both sides" in pane["hint"], pane
+    return sum(1 for pane in panes if pane["hint"])
+
+
 def check_one_module_opens(view) -> None:
     """02's ResNet view, opened with only the model expanded: a click opens layer1 alone, a click on a node
     inside it and then on `ResNet.layer1` in its module path shuts it again."""

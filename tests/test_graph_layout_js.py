@@ -31,7 +31,7 @@ for (const [name, g] of Object.entries(job.layouts)) {
 for (const { state, expanded } of job.views) {
   const v = gv.viewOf(gv.unpackState(state), new Set(expanded));
   out.views.push({ boxes: v.boxes.map((b) => [b.key, b.lines, b.title, b.kind, b.members, b.x, b.y, b.w, b.h]),
-    edges: v.edges.map((e) => [e.from, e.to, e.points, e.label]), width: v.width, height: v.height });
+    edges: v.edges.map((e) => [e.from, e.to, e.points, e.label, e.labelAt]), width: v.width, height: v.height });
 }
 process.stdout.write(JSON.stringify(out));
 """
@@ -57,7 +57,8 @@ def run_js(tmp_path: Path, job: dict) -> dict:
 
 def _python_view(shown: graph_boxes.View) -> dict:
     return {"boxes": [[b.key, list(b.lines), b.title, b.kind, list(b.members), b.x, b.y, b.w, b.h] for b in shown.boxes],
-            "edges": [[e.src, e.dst, [list(p) for p in e.points], e.label] for e in shown.edges],
+            "edges": [[e.src, e.dst, [list(p) for p in e.points], e.label, list(e.label_at) if e.label_at else None]
+                      for e in shown.edges],
             "width": shown.width, "height": shown.height}
 
 
@@ -91,6 +92,9 @@ def _cases() -> dict[str, graph_view.GraphData]:
     cases["resnet18"] = _graph(torchvision.models.resnet18(), lambda m: m(torch.rand(1, 3, 64, 64)).sum())
     forward, _, _, _ = forward_view.twin(forward_graph.trace(torchvision.models.resnet18(), torch.rand(1, 3, 64, 64)))
     cases["resnet18 forward"] = forward            # tips, and edges labelled with shapes ("3 tensors" when merged)
+    deep = nn.Sequential(*[nn.Sequential(nn.Linear(6, 6), nn.Tanh()) for _ in range(12)])
+    cases["deep forward"], _, _, _ = forward_view.twin(forward_graph.trace(deep, torch.randn(2, 6)))   # long
+    # edges from the parameters at the top, so labels past their first segments and straight vertical runs
     return cases
 
 
@@ -107,7 +111,7 @@ def test_the_browser_draws_the_boxes_python_draws_for_every_expansion(tmp_path):
             jobs.append({"state": graph_view._state(data, expanded), "expanded": sorted(expanded)})
             expected.append(_python_view(graph_boxes.view(data, expanded)))
     got = run_js(tmp_path, {"layouts": {}, "views": jobs})["views"]
-    assert len(got) == len(expected) == 25
+    assert len(got) == len(expected) == 30
     for mine, theirs in zip(expected, got):
         assert mine == theirs                                  # keys, cut labels, tooltips, places, routes
 

@@ -414,10 +414,25 @@ def test_views_follow_jupyterlabs_theme_and_axe_finds_nothing_serious_in_either(
 
 @pytest.mark.browser
 @pytest.mark.parametrize("notebook", ["05_compile_backends", "10_save_and_export", "11_custom_ops",
-                                      "13_diagnose_your_model"])
+                                      "12_error_casebook", "13_diagnose_your_model"])
 def test_every_label_inside_its_box_at_10_px_in_the_stored_views(page, lab, notebook):
     open_notebook(page, lab, f"{notebook}.ipynb")
     stored = sum(1 for _ in browser.stored_panes(REPO / "notebooks" / f"{notebook}.ipynb"))
     page.wait_for_function(f"document.querySelectorAll('.jp-OutputArea-output .gv-pane').length === {stored}",
                            timeout=120_000)
     print(f"{notebook}: {browser.check_labels_fit(page)} labels inside their boxes at 10 px or more")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("notebook", ["02_autograd_graph", "05_compile_backends", "12_error_casebook",
+                                      "13_diagnose_your_model"])
+def test_no_edge_label_covers_another_or_a_box_and_a_view_cut_at_its_frame_says_so(page, lab, notebook):
+    open_notebook(page, lab, f"{notebook}.ipynb")
+    stored = sum(1 for _ in browser.stored_panes(REPO / "notebooks" / f"{notebook}.ipynb"))
+    page.wait_for_function(f"document.querySelectorAll('.jp-OutputArea-output .gv-pane').length === {stored}",
+                           timeout=120_000)
+    first, cut = browser.check_labels_apart(page), browser.check_wide_views_say_so(page)
+    for expand in page.locator(".jp-OutputArea-output .gv .gv-expand").all():
+        expand.click()
+    print(f"{notebook}: {first} edge labels apart in the first views ({cut} panes say they are cut), "
+          f"{browser.check_labels_apart(page)} with every module open")

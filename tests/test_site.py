@@ -192,18 +192,35 @@ def test_a_diagnosis_timeline_selects_the_node_holding_the_bytes_offline(page, s
 
 
 PAGES_WITH_VIEWS = ["02_autograd_graph", "05_compile_backends", "10_save_and_export", "11_custom_ops",
-                    "13_diagnose_your_model"]
+                    "12_error_casebook", "13_diagnose_your_model"]
 
 
-@pytest.mark.browser
-@pytest.mark.parametrize("name", PAGES_WITH_VIEWS)
-def test_every_label_sits_inside_its_box_at_10_px_or_more_when_a_page_opens(page, served, name):
+def _open_views(page, served, name: str) -> None:
     page.set_viewport_size({"width": 1000, "height": 900})        # a notebook-wide output: the stage is ~800 px
     page.goto(f"{served}/{name}.html")
     page.locator(".gv .gv-box").first.wait_for(timeout=60_000)
     page.wait_for_function("document.querySelectorAll('.gv-pane').length == "
                            f"{sum(1 for _ in browser.stored_panes(REPO / 'notebooks' / (name + '.ipynb')))}")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", PAGES_WITH_VIEWS)
+def test_every_label_sits_inside_its_box_at_10_px_or_more_when_a_page_opens(page, served, name):
+    _open_views(page, served, name)
     print(f"{name}: {browser.check_labels_fit(page)} labels inside their boxes at 10 px or more")
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", PAGES_WITH_VIEWS)
+def test_no_edge_label_covers_another_or_a_box_and_a_view_cut_at_its_frame_says_so(page, served, name):
+    """Issue 37: 02's first twin printed three shapes on top of each other; 05's wide graphs were cut at the
+    right edge with nothing saying they go on. Checked on the first views, then with every module open."""
+    _open_views(page, served, name)
+    first, cut = browser.check_labels_apart(page), browser.check_wide_views_say_so(page)
+    for expand in page.locator(".gv .gv-expand").all():
+        expand.click()
+    print(f"{name}: {first} edge labels apart in the first views ({cut} panes say they are cut), "
+          f"{browser.check_labels_apart(page)} with every module open")
 
 
 @pytest.mark.browser
