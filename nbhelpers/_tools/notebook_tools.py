@@ -166,5 +166,5 @@ def build_site(notebooks: list[Path], out: Path) -> list[Path]:
     cards = [site_pages.read_card(nbformat.read(p, as_version=4), p.stem, times) for p in ordered]
     pages = [write_atomic(out / f"{p.stem}.html", site_pages.render_notebook(exporter, p, cards).encode())
              for p in ordered]
-    site_pages.write_pages(cards, out, write_atomic)
+    site_pages.write_pages(cards, out)
     return pages

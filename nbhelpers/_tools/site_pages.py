@@ -13,6 +13,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from nbhelpers.atomic import write_atomic
+
 __all__ = ["Card", "read_card", "run_times", "to_pages", "render_notebook", "write_pages", "STYLESHEET",
            "MYTHS_PAGE", "START_PAGE"]
 
@@ -40,7 +42,8 @@ class Card:
 
     @property
     def page(self) -> str:
-        return f"{self.stem}.html"
+        """The page's file name, escaped for an attribute."""
+        return html.escape(f"{self.stem}.html")
 
 
 def run_times(readme: Path = REPO / "README.md") -> dict[str, str]:
@@ -53,7 +56,7 @@ def read_card(nb, stem: str, times: dict[str, str]) -> Card:
     first = nb.cells[0].source if nb.cells and nb.cells[0].cell_type == "markdown" else ""
     title = _TITLE.search(first)
     if title is None:                                  # not one of the series' notebooks: its name is its title
-        return Card(stem, stem, run_time=times.get(stem, ""))
+        return Card(stem, html.escape(stem), run_time=times.get(stem, ""))
     motivation = first[title.end():].strip().split("\n\n")[0].replace("\n", " ")
     prerequisites = _PREREQUISITES.search(first)
     return Card(stem, f"{title.group(1)} · {title.group(2)}", _SENTENCE_END.split(motivation)[0],
@@ -145,10 +148,10 @@ def _myths(readme: Path) -> str:
     return _page("The myth index · PyTorch from the Inside", markdown2html_mistune(to_pages(readme.read_text())))
 
 
-def write_pages(cards: list[Card], out: Path, write) -> list[Path]:
-    """index.html, the start-here path, the myth index (notebooks/README.md) and site.css, under `out`;
-    `write(path, bytes)` writes a file."""
+def write_pages(cards: list[Card], out: Path) -> list[Path]:
+    """index.html, the start-here path, the myth index (notebooks/README.md) and site.css, under `out`."""
     shutil.copy2(Path(__file__).with_name(STYLESHEET), out / STYLESHEET)
     series = [c for c in cards if c.teaches]            # the series' own notebooks, not stand-alone ones
-    return [write(out / "index.html", _index(cards).encode()), write(out / START_PAGE, _start(series).encode()),
-            write(out / MYTHS_PAGE, _myths(REPO / "notebooks" / "README.md").encode())]
+    return [write_atomic(out / "index.html", _index(cards).encode()),
+            write_atomic(out / START_PAGE, _start(series).encode()),
+            write_atomic(out / MYTHS_PAGE, _myths(REPO / "notebooks" / "README.md").encode())]
