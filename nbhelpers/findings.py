@@ -18,13 +18,17 @@ import torch
 
 from nbhelpers import module_scope, module_work, user_code
 
-__all__ = ["Finding", "LESSONS", "ORDER", "rank"]
+__all__ = ["Finding", "LESSONS", "NOTEBOOKS", "ORDER", "rank"]
 
 LESSONS = {"error": "12 · error casebook", "device": "00 · environment", "mode": "03 · the sandwich model",
            "precision": "06 · mixed precision", "state": "10 · save and export", "recompile": "05 · torch.compile",
            "graph-break": "05 · torch.compile", "export": "10 · save and export",
            "saved-for-backward": "02 · autograd graph", "memory": "08 · memory diagnosis",
            "checkpoint": "08 · memory diagnosis", "regime": "09 · profiling"}
+# The notebook file of each lesson, by its number: the report page links to it.
+NOTEBOOKS = {"00": "00_environment.ipynb", "02": "02_autograd_graph.ipynb", "03": "03_sandwich_model.ipynb",
+             "05": "05_compile_backends.ipynb", "06": "06_mixed_precision.ipynb", "08": "08_memory_diagnosis.ipynb",
+             "09": "09_profiling.ipynb", "10": "10_save_and_export.ipynb", "12": "12_error_casebook.ipynb"}
 
 # The rank, by kind: what stops the model, what changes its answers, what torch.compile cannot do with it, then
 # where memory and time go. Within a kind a finding moves by less than the gap to the next kind (_LIFT), so the
@@ -51,6 +55,11 @@ class Finding:
     @property
     def lesson(self) -> str:
         return LESSONS[self.kind]
+
+    @property
+    def notebook(self) -> str:
+        """The file name of the notebook that teaches it ("05_compile_backends.ipynb")."""
+        return NOTEBOOKS[self.lesson[:2]]
 
 
 def rank(model: torch.nn.Module, inputs: tuple, parts: dict) -> tuple[Finding, ...]:

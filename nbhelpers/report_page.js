@@ -25,15 +25,30 @@ function findingItem(list, f) {
   const title = document.createElement("strong");
   title.textContent = ` ${f.title}`;
   item.append(kind, title);
-  for (const [cls, text] of [["evidence", f.evidence], ["where", f.where ? `where: ${f.where}` : ""],
-    ["lesson", `taught in notebook ${f.lesson}`]]) {
+  for (const [cls, text] of [["evidence", f.evidence], ["where", f.where ? `where: ${f.where}` : ""]]) {
     if (!text) continue;
     const line = document.createElement("div");
     line.className = cls;
     line.textContent = text;
     item.append(line);
   }
+  item.append(lessonLine(f));
   list.append(item);
+}
+
+function lessonLine(f) {                     // "taught in notebook 05 · torch.compile", a link to it in a checkout
+  const line = document.createElement("div"), name = `notebook ${f.lesson}`;
+  line.className = "lesson";
+  line.append("taught in ");
+  if (f.notebook) {
+    const link = document.createElement("a");
+    link.setAttribute("href", f.notebook);
+    link.textContent = name;
+    line.append(link);
+  } else {
+    line.append(name);
+  }
+  return line;
 }
 
 function agreementRow(body, a) {

@@ -331,6 +331,13 @@ AXE_SERIOUS = """async () => {
 }"""
 
 
+# Serious and critical violations anywhere on the page: the site's pages are ours, nbconvert's frame included.
+AXE_PAGE_SERIOUS = """async () => {
+    const result = await axe.run(document, { resultTypes: ["violations"] });
+    return result.violations.filter((v) => ["serious", "critical"].includes(v.impact))
+        .map((v) => `${v.id}: ${v.nodes.length} (${v.nodes[0].target.join(" ")})`);
+}"""
+
 def check_timeline(view, line: str) -> str:
     """A diagnosis view (Diagnosis.show): the keyboard walks the timeline until the op at `line` (a fragment of
     the learner's line) made bytes a backward node holds; Enter selects that node in the graph below, opening

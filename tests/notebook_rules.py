@@ -106,6 +106,36 @@ def _tag_problems(i: int, cell) -> list[str]:
     return problems
 
 
+# A reference to another notebook, by number: "notebook 08", "notebooks 02 and 05", "taught in 05"; on a
+# "**Prerequisites:**" line every two-digit number is one. Each must be a markdown link to the notebook
+# ("[notebook 08](08_memory_diagnosis.ipynb)"), which JupyterLab follows and the site rewrites to its page.
+MD_LINK = re.compile(r"\[([^\]]*)\]\(([^)\s]*)\)")
+NOTEBOOK_REF = re.compile(r"\b(?:notebooks?|taught in)\s+(\d\d(?:(?:,\s*|\s+and\s+|\s*[–-]\s*)\d\d)*)\b")
+TWO_DIGITS = re.compile(r"(?<![\d.])\d\d(?![\d.])")
+
+
+def unlinked_references(markdown: str, notebook_names: set[str]) -> list[str]:
+    """Each reference to a notebook in `markdown` that is not a link, and each link to a notebook file that is
+    not among `notebook_names` or whose text names another notebook's number."""
+    problems = []
+    for text, target in MD_LINK.findall(markdown):
+        if NAME.match(target) and (target not in notebook_names or
+                                   any(n != target[:2] for n in TWO_DIGITS.findall(text))):
+            problems.append(f"[{text}]({target}) links to no notebook of that number")
+    for line in MD_LINK.sub("", markdown).splitlines():
+        refs = [m.group(1) for m in NOTEBOOK_REF.finditer(line)]
+        if line.startswith("**Prerequisites:**"):
+            refs += TWO_DIGITS.findall(line)
+        problems += [f"{ref!r} is not a link ({line.strip()[:80]})" for ref in dict.fromkeys(refs)]
+    return problems
+
+
+def reference_problems(nb, notebook_names: set[str]) -> list[str]:
+    """unlinked_references of every markdown cell of `nb`."""
+    return [f"markdown cell {i}: {p}" for i, cell in enumerate(nb.cells) if cell.cell_type == "markdown"
+            for p in unlinked_references(cell.source, notebook_names)]
+
+
 def nbhelpers_imports(nb) -> set[tuple[str, str]]:
     """(module, name) pairs a notebook uses from nbhelpers: `from nbhelpers import m` then m.name."""
     return source_imports.names_used_from(_code_tree(nb), "nbhelpers")

@@ -261,3 +261,30 @@ def test_kernels_ignore_only_the_interpreter_notices():
             "RuntimeWarning)\nwarnings.warn('Guards may run slower on Python 3.14', RuntimeWarning)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "3.13.0" not in done.stderr and "Guards may run slower on Python 3.14" in done.stderr
+
+
+NOTEBOOK_NAMES = {p.name for p in NOTEBOOKS}
+
+
+@pytest.mark.parametrize("path", [*NOTEBOOKS, REPO / "notebooks" / "README.md"], ids=lambda p: p.name)
+def test_every_reference_to_another_notebook_is_a_link(path):
+    if path.suffix == ".md":                                       # the myth index: its rows name notebooks
+        problems = notebook_rules.unlinked_references(path.read_text(), NOTEBOOK_NAMES)
+    else:
+        problems = notebook_rules.reference_problems(_read(path), NOTEBOOK_NAMES)
+    assert problems == []
+
+
+@pytest.mark.parametrize("text", ["as notebook 08 showed", "taught in 05", "notebooks 02 and 05",
+                                  "**Prerequisites:** 01 · Tensor lifecycle, [02](02_autograd_graph.ipynb).",
+                                  "[notebook 08](09_profiling.ipynb)", "[notebook 08](08_no_such.ipynb)"])
+def test_an_unlinked_or_wrong_reference_is_caught(text):
+    nb = _read()
+    nb.cells.append(nbformat.v4.new_markdown_cell(f"Some text.\n{text}, and more."))
+    assert len(notebook_rules.reference_problems(nb, NOTEBOOK_NAMES)) == 1
+
+
+def test_a_linked_reference_passes():
+    text = ("**Prerequisites:** [01 · Tensor lifecycle](01_tensor_lifecycle.ipynb), [02](02_autograd_graph.ipynb).\n"
+            "as [notebook 08](08_memory_diagnosis.ipynb) showed, with 32 images and 10.5 s")
+    assert notebook_rules.unlinked_references(text, NOTEBOOK_NAMES) == []

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from nbhelpers import diagnose, planted_models
+from nbhelpers import diagnose, findings, planted_models
 from tests import REPO, browser
 
 
@@ -47,6 +47,9 @@ def _check_outer(page, scheme: str) -> None:
     first = page.locator("#findings li").first.inner_text()
     assert first.startswith("saved-for-backward") and "planted_models.py:" in first and "pairs = h[:, :, None]" in first
     assert page.locator("#agreement-count").inner_text() == "14 of 14 numbers agree."
+    lesson = page.locator("#findings li .lesson a").first          # a link to the notebook, relative to the page
+    assert lesson.inner_text() == "notebook 02 · autograd graph"
+    assert lesson.evaluate("a => a.href") == (REPO / "notebooks" / "02_autograd_graph.ipynb").as_uri()
     views = page.locator(".gv")
     assert views.count() == 2
     assert browser.check_timeline(views.nth(0), "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
@@ -61,6 +64,12 @@ def _check_outer(page, scheme: str) -> None:
     assert whole == []
     dark = page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(30, 30, 30)"
     assert dark == (scheme == "dark") and (views.nth(0).evaluate("v => v.classList.contains('gv-dark')") == dark)
+
+
+def test_every_lesson_is_a_notebook_of_the_series():
+    for kind, lesson in findings.LESSONS.items():
+        notebook = findings.Finding(kind, "title", "evidence").notebook
+        assert notebook.startswith(lesson[:2]) and (REPO / "notebooks" / notebook).is_file(), kind
 
 
 @pytest.mark.browser

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from nbhelpers._tools import notebook_tools, widget_state
+from nbhelpers._tools import notebook_tools, site_pages, widget_state
 from tests import REPO, browser
 
 SERIES = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))     # all 14: every page is checked
@@ -210,6 +210,19 @@ def test_every_label_sits_inside_its_box_at_10_px_or_more_when_a_page_opens(page
     print(f"{name}: {browser.check_labels_fit(page)} labels inside their boxes at 10 px or more")
 
 
+def _site_pages(site) -> list[Path]:
+    """The pages a learner walks: the index, the start-here path, the myth index and the series' 14."""
+    out, pages = site
+    return [out / "index.html", out / site_pages.START_PAGE, out / site_pages.MYTHS_PAGE,
+            *(p for p in pages if p.stem[:2].isdigit() and int(p.stem[:2]) < 90)]
+
+
+# The body's background as relative luminance (0 black, 1 white).
+BODY_LUMINANCE = """() => getComputedStyle(document.body).backgroundColor.match(/[0-9.]+/g).slice(0, 3).map(Number)
+    .map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+    .reduce((t, v, i) => t + v * [0.2126, 0.7152, 0.0722][i], 0)"""
+
+
 @pytest.mark.browser
 @pytest.mark.parametrize("name", PAGES_WITH_VIEWS)
 def test_no_edge_label_covers_another_or_a_box_and_a_view_cut_at_its_frame_says_so(page, served, name):
@@ -225,22 +238,111 @@ def test_no_edge_label_covers_another_or_a_box_and_a_view_cut_at_its_frame_says_
 
 @pytest.mark.browser
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_axe_finds_nothing_serious_in_the_views_on_any_page(page, served, site, scheme):
-    """axe-core (package.json, from node_modules: offline) on every page of the series, in both themes."""
+def test_axe_finds_nothing_serious_on_any_whole_page_and_the_page_follows_the_scheme(page, served, site, scheme):
+    """axe-core (package.json, from node_modules: offline) on the whole of every page of the site, nbconvert's
+    prompts, code and tracebacks included; in the dark scheme the page itself is dark, not only the views."""
     axe = REPO / "node_modules" / "axe-core" / "axe.min.js"
     if not axe.exists():
         _site_tools_or_skip()
         pytest.fail("node_modules has no axe-core: run `npm ci`")
     page.emulate_media(color_scheme=scheme)
-    found = {}
-    for path in site[1]:
-        if path.stem[:2].isdigit() and int(path.stem[:2]) < 90:
-            page.goto(f"{served}/{path.name}")
-            if "widget-state+json" in path.read_text():
-                page.locator(".gv, .jupyter-widgets").first.wait_for(timeout=60_000)
-            page.add_script_tag(path=str(axe))
-            found[path.stem] = page.evaluate(browser.AXE_SERIOUS)
-    assert len(found) == len(SERIES) and not any(found.values()), {k: v for k, v in found.items() if v}
+    found, backgrounds = {}, {}
+    for path in _site_pages(site):
+        page.goto(f"{served}/{path.name}")
+        if "widget-state+json" in path.read_text():
+            page.locator(".gv, .jupyter-widgets").first.wait_for(timeout=60_000)
+        page.add_script_tag(path=str(axe))
+        found[path.stem] = page.evaluate(browser.AXE_PAGE_SERIOUS)
+        backgrounds[path.stem] = page.evaluate(BODY_LUMINANCE)
+    assert len(found) == len(SERIES) + 3 and not any(found.values()), {k: v for k, v in found.items() if v}
+    assert all(lum < 0.05 if scheme == "dark" else lum > 0.9 for lum in backgrounds.values()), backgrounds
+
+
+@pytest.mark.browser
+def test_the_site_ships_only_the_files_its_pages_load(site, served):
+    """Every page opened, every request recorded: what build_site copies is exactly what some page asks for."""
+    out, _ = site
+    requested = set()
+    with browser.local_page(served) as (page, blocked):
+        page.on("request", lambda r: requested.add(r.url[len(served) + 1:].split("#")[0]))
+        for path in sorted(out.glob("*.html")):
+            page.goto(f"{served}/{path.name}", wait_until="networkidle")
+    shipped = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert not blocked and shipped == requested, (shipped - requested, requested - shipped)
+
+
+def _links(page: Path) -> tuple[set[str], list[tuple[str, str]]]:
+    """The ids of `page` and its (rel, href) of every <a>; the widget state's JSON is not markup."""
+    from html.parser import HTMLParser
+
+    ids, links = set(), []
+
+    class Reader(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            if "id" in attrs:
+                ids.add(attrs["id"])
+            if tag == "a" and "href" in attrs:
+                links.append((attrs.get("rel") or "", attrs["href"]))
+
+    Reader().feed(page.read_text())
+    return ids, links
+
+
+def test_every_link_of_every_page_leads_to_a_file_and_anchor_of_the_site(site):
+    out, _ = site
+    pages = sorted(out.glob("*.html"))
+    ids = {p.name: _links(p)[0] for p in pages}
+    broken = []
+    for page in pages:
+        for _, href in _links(page)[1]:
+            if href.startswith(("http://", "https://")):
+                continue
+            name, _, anchor = href.partition("#")
+            target = name or page.name
+            if not (out / target).is_file() or (anchor and anchor not in ids.get(target, ())):
+                broken.append(f"{page.name}: {href}")
+    assert not broken, broken
+    links = [href for page in pages for _, href in _links(page)[1]]
+    assert not [h for h in links if ".ipynb" in h or h.endswith("README.md")]      # all rewritten to pages
+
+
+def test_previous_and_next_walk_the_pages_in_order(site):
+    _, pages = site
+    for k, page in enumerate(pages):
+        rel = dict(_links(page)[1])
+        assert rel.get("prev") == (pages[k - 1].name if k else None), page.name
+        assert rel.get("next") == (pages[k + 1].name if k + 1 < len(pages) else None), page.name
+
+
+def test_each_notebook_page_has_a_table_of_contents_of_its_sections(site):
+    out, _ = site
+    for nb_path in SERIES:
+        page = out / f"{nb_path.stem}.html"
+        ids = _links(page)[0]
+        toc = re.search(r'<nav class="site-toc".*?</nav>', page.read_text(), re.S).group(0)
+        anchors = re.findall(r'href="#([^"]+)"', toc)
+        sections = [line for cell in nbformat.read(nb_path, as_version=4).cells if cell.cell_type == "markdown"
+                    for line in cell.source.splitlines() if line.startswith("## ")]
+        assert len(anchors) == len(sections) and set(anchors) <= ids, nb_path.name
+        assert anchors[-2:] == ["Summary", "Exercises"], nb_path.name
+
+
+def test_the_index_names_each_notebook_what_it_teaches_and_its_run_time(site):
+    out, _ = site
+    index, start = (out / "index.html").read_text(), (out / site_pages.START_PAGE).read_text()
+    times = site_pages.run_times()
+    assert len(times) == len(SERIES)
+    for nb_path in SERIES:
+        card = site_pages.read_card(nbformat.read(nb_path, as_version=4), nb_path.stem, times)
+        row = re.search(rf'<tr><td><a href="{nb_path.stem}.html">(.*?)</tr>', index).group(1)
+        assert card.title.split(" · ")[0] in row and times[nb_path.stem] in row and len(card.teaches) > 40, row
+        assert card.teaches.split()[-1].rstrip(".").strip("*`") in row, row
+    assert f'href="{site_pages.START_PAGE}"' in index and f'href="{site_pages.MYTHS_PAGE}"' in index
+    path = re.findall(r'<li><a href="(\d\d_[a-z0-9_]+)\.html">', start)
+    assert path == [nb.stem for nb in SERIES]                              # 00 -> 01 -> ... -> 13, one line each
+    myths = (out / site_pages.MYTHS_PAGE).read_text()
+    assert {f"{nb.stem}.html" for nb in SERIES} >= set(re.findall(r'href="(\d\d_[a-z0-9_]+\.html)"', myths)) != set()
 
 
 @pytest.mark.browser

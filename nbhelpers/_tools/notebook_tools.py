@@ -6,13 +6,12 @@ through `python -m nbhelpers`.
 from __future__ import annotations
 
 import configparser
-import html
 import os
 import re
 import shutil
 from pathlib import Path
 
-from nbhelpers._tools import widget_state
+from nbhelpers._tools import site_pages, widget_state
 from nbhelpers.atomic import write_atomic
 
 __all__ = ["execute_notebook", "INTERPRETER_NOTICES", "quiet_interpreter_notices", "sanitize_rules",
@@ -129,21 +128,20 @@ def build_site(notebooks: list[Path], out: Path) -> list[Path]:
                                 f"{REPO} (make html does it), which needs Node.js and npm")
     static = out / "static"
     shutil.rmtree(static, ignore_errors=True)
-    shutil.copytree(_WIDGET_DIST, static)
+    static.mkdir(parents=True)
+    # Only what the pages load: the AMD renderer (embed.js, its 6 MB source map, libembed-amd.js and the icon
+    # fonts no view uses are left in node_modules; tests/test_site.py records every request the pages make).
+    shutil.copy2(_WIDGET_DIST / "embed-amd.js", static / "embed-amd.js")
     shutil.copy2(_REQUIRE_JS, static / "require.js")
     # The renderer asks require.js for anywidget.js beside the page, and falls back to a public CDN when
     # it is missing; anywidget's wheel ships that AMD build (the views' own modules travel in the state).
     shutil.copy2(_anywidget_amd(), out / "anywidget.js")
     exporter = HTMLExporter(template_name="lab", widget_renderer_url="static/embed-amd.js",
                             require_js_url="static/require.js", mathjax_url="")
-    pages = []
-    for nb_path in sorted((Path(p) for p in notebooks), key=lambda p: p.name):
-        nb = nbformat.read(nb_path, as_version=4)
-        widget_state.fall_back_to_pictures(nb)
-        meta = {"name": nb_path.stem, "path": str(nb_path.parent)}
-        body, _ = exporter.from_notebook_node(nb, resources={"metadata": meta})
-        pages.append(write_atomic(out / f"{nb_path.stem}.html", body.encode()))
-    links = "\n".join(f'<li><a href="{p.name}">{html.escape(p.stem)}</a></li>' for p in pages)
-    write_atomic(out / "index.html", f"<!doctype html><meta charset='utf-8'><title>PyTorch from the "
-                 f"Inside</title><h1>PyTorch from the Inside</h1><ul>{links}</ul>\n".encode())
+    ordered = sorted((Path(p) for p in notebooks), key=lambda p: p.name)
+    times = site_pages.run_times()
+    cards = [site_pages.read_card(nbformat.read(p, as_version=4), p.stem, times) for p in ordered]
+    pages = [write_atomic(out / f"{p.stem}.html", site_pages.render_notebook(exporter, p, cards).encode())
+             for p in ordered]
+    site_pages.write_pages(cards, out)
     return pages
