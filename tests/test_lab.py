@@ -306,11 +306,13 @@ def _put_in_lab(lab, name: str, nb=None) -> Path:
     return path
 
 
-def _wait_for_write(path: Path, since_ns: int, timeout_s: float = 90) -> None:
+def _wait_for_write(page, path: Path, since_ns: int, timeout_s: float = 90) -> None:
+    """Wait in the page, not in time.sleep: the page's requests pass local_page's route only while Playwright
+    runs, so a save the page starts on its own (autosave) would wait for us forever."""
     deadline = time.monotonic() + timeout_s
     while path.stat().st_mtime_ns == since_ns:
         assert time.monotonic() < deadline, f"{path.name} was not written within {timeout_s:.0f} s"
-        time.sleep(0.2)
+        page.wait_for_timeout(200)
 
 
 def _state(path: Path) -> dict:
@@ -325,11 +327,67 @@ def test_a_notebook_opened_and_saved_without_running_keeps_every_view(page, lab)
     page.locator(".jp-OutputArea-output .gv .gv-box").first.wait_for(timeout=60_000)
     assert page.evaluate("window.jupyterapp.shell.currentWidget.context.model.dirty")   # the widget manager's doing
     page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")              # what autosave does
-    _wait_for_write(path, mtime)
+    _wait_for_write(page, path, mtime)
     assert set(_state(path)) == set(_state(GRAPH_NB))
     assert path.read_bytes().rstrip(b"\n") == committed.rstrip(b"\n")                 # JupyterLab ends with one
     open_notebook(page, lab, path.name)       # reload
     _every_view_of_02_answers(page)
+
+
+def _set_autosave(lab, seconds: float | None) -> None:
+    """Autosave on every `seconds` (None: off), through the server's settings API; the page reads it on load."""
+    raw = json.dumps({"autosave": seconds is not None, "autosaveInterval": seconds or 120})
+    url = _settings_url(lab, "@jupyterlab/docmanager-extension:plugin")
+    request = urllib.request.Request(url, data=json.dumps({"raw": raw}).encode(), method="PUT",
+                                     headers={"Content-Type": "application/json"})
+    with _DIRECT.open(request, timeout=30) as response:
+        assert response.status == 204
+
+
+@pytest.mark.browser
+def test_autosave_of_a_notebook_only_read_keeps_every_view(page, lab):
+    """What happened to every learner: open 02, read, and autosave writes it (2 s here, 120 s by default)."""
+    path = _put_in_lab(lab, "96_autosaved.ipynb")
+    mtime = path.stat().st_mtime_ns
+    _set_autosave(lab, 2)
+    try:
+        open_notebook(page, lab, path.name)
+        _wait_for_write(page, path, mtime, timeout_s=60)
+    finally:
+        _set_autosave(lab, None)
+    assert set(_state(path)) == set(_state(GRAPH_NB))
+    open_notebook(page, lab, path.name)       # reload, autosave off again
+    _every_view_of_02_answers(page)
+
+
+RUN_ALL_DONE = """() => { const w = window.jupyterapp.shell.currentWidget;
+    const k = w.sessionContext.session && w.sessionContext.session.kernel;
+    const code = [...w.content.widgets].filter(c => c.model.type === 'code');
+    return !!k && k.status === 'idle' && code.every(c => c.model.executionCount !== null); }"""
+
+
+@pytest.mark.browser
+def test_three_run_alls_and_saves_store_the_displayed_views_and_nothing_else(page, lab):
+    """Each Run All makes new models for every view; a save stores those the outputs show, no dead ones."""
+    path = _put_in_lab(lab, "94_rerun.ipynb")
+    open_notebook(page, lab, path.name)
+    saved = []
+    for _ in range(3):
+        mtime = path.stat().st_mtime_ns
+        page.evaluate("window.jupyterapp.commands.execute('notebook:clear-all-cell-outputs')")   # counts to null
+        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        page.wait_for_function(RUN_ALL_DONE, timeout=300_000, polling=500)
+        page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+        _wait_for_write(page, path, mtime)
+        nb = nbformat.read(path, as_version=4)
+        state = nb.metadata["widgets"][widget_state.STATE]["state"]
+        shown = {model for _, model in widget_state.displayed_models(nb)}
+        assert len(shown) == len(browser.VIEWS_02) and set(state) == widget_state.needed_models(state, shown)
+        saved.append((len(state), path.stat().st_size))
+    counts, sizes = zip(*saved)
+    assert counts == (len(_state(GRAPH_NB)),) * 3, saved
+    assert max(sizes) <= 1.02 * min(sizes), saved
+    print(f"three Run All + save cycles of 02: {saved} (models, bytes)")
 
 
 @pytest.mark.browser
