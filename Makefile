@@ -31,11 +31,21 @@ LAB_FLAGS := --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.port_
 .PHONY: setup lab test matrix coverage execute html doctor claims index trace clean
 setup: $(STAMP)
 
+# Each phase says what it does and when (seconds since the set-up began). pip runs without -q, so that a
+# download shows its progress: a bar on a terminal, each file and its size in a log.
+SAY = printf '[$(1) %4ss] %s\n' $$(( $$(date +%s) - start ))
+TORCH_SOURCE = $(if $(TORCH_INDEX_URL),from $(TORCH_INDEX_URL),from PyPI: on Linux x86-64 a CUDA build$(,) \
+	about 3 GB with NVIDIA's libraries the first time (README: Which torch build))
+, := ,
 $(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(if $(TORCH_INDEX_URL),$(PY) -m pip install -q --index-url $(TORCH_INDEX_URL) $(TORCH_PINS) $(PIP_QUIET))
-	$(PY) -m pip install -q -e '.[test]' $(PIP_QUIET)
-	@touch $@
+	@start=$$(date +%s); set -e; \
+	if test -x $(PY); then $(call SAY,setup) "1/3 $(VENV) exists; pyproject.toml changed since its set-up"; \
+	else $(call SAY,setup) "1/3 creating $(VENV) with $$($(PYTHON) --version 2>&1)"; $(PYTHON) -m venv $(VENV); fi; \
+	$(call SAY,setup) "2/3 installing $(TORCH_PINS) $(TORCH_SOURCE)"; \
+	$(PY) -m pip install $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) $(TORCH_PINS) $(PIP_QUIET); \
+	$(call SAY,setup) "3/3 installing the rest of the pinned set (pyproject.toml, with the test extra)"; \
+	$(PY) -m pip install -e '.[test]' $(PIP_QUIET); \
+	touch $@; $(call SAY,setup) "$(VENV) is ready"
 
 # JupyterLab's widget manager stores widget state in a notebook it saves only when its saveState setting is
 # on (off by default): without it, a notebook run and saved in the lab keeps its views' still pictures but
@@ -55,7 +65,10 @@ $(LAB_OVERRIDES): $(STAMP) Makefile
 # The series' notebooks are trusted first (their outputs come from `make execute`): JupyterLab shows an
 # untrusted notebook's widgets and SVG pictures as plain text, so the stored graph views would be blank.
 lab: $(STAMP) $(LAB_OVERRIDES)
-	@$(VENV)/bin/jupyter trust $(NOTEBOOK_DIR)/*.ipynb > /dev/null
+	@start=$$(date +%s); \
+	$(call SAY,lab) "trusting the notebooks in $(NOTEBOOK_DIR) (their outputs come from make execute)"; \
+	$(VENV)/bin/jupyter trust $(NOTEBOOK_DIR)/*.ipynb > /dev/null; \
+	$(call SAY,lab) "starting JupyterLab on 127.0.0.1:$(PORT): open the URL with ?token= that it prints below"; \
 	exec $(VENV)/bin/jupyter lab $(LAB_FLAGS) $(LAB_ARGS)
 
 test: $(STAMP)

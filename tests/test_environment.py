@@ -2,7 +2,9 @@
 
 A package may carry two exact pins, each for its own Pythons (`numpy==2.2.6; python_version < '3.11'`):
 for every interpreter the series supports, exactly one of them applies."""
+import os
 import re
+import subprocess
 import sys
 from importlib.metadata import version
 
@@ -74,3 +76,42 @@ def test_installed_versions_are_the_pinned_ones():
     mismatched = {name: (pin, version(name)) for name, pin in _pins_for(running).items()
                   if version(name).split("+")[0] != pin}
     assert not mismatched, f"installed differs from the pins (pin, installed): {mismatched}; run `make setup`"
+
+
+FAKE_PYTHON = """#!/bin/bash
+# A stand-in interpreter: "-m venv DIR" makes DIR/bin/python (this script); pip says what it was asked.
+if [ "$1 $2" = "-m venv" ]; then mkdir -p "$3/bin" && cp "$0" "$3/bin/python"; exit 0; fi
+if [ "$1" = "--version" ]; then echo "Python 3.99.0"; exit 0; fi
+echo "pip was asked: $*"
+[ -z "$FAIL_PIP" ]
+"""
+
+
+def _fake_setup(tmp_path, **env):
+    python = tmp_path / "fakepython"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    venv = tmp_path / "venv"
+    done = subprocess.run(["make", "-s", "setup", f"PYTHON={python}", f"VENV={venv}", *env.pop("args", [])],
+                          cwd=REPO, capture_output=True, text=True, timeout=60, env=dict(os.environ, **env))
+    return done, venv
+
+
+def test_make_setup_says_each_phase_with_its_time_and_lets_pip_show_the_download(tmp_path):
+    done, venv = _fake_setup(tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    phases = [line for line in lines if re.match(r"\[setup +\d+s\] ", line)]
+    assert [p.split("] ")[1][:4] for p in phases] == ["1/3 ", "2/3 ", "3/3 ", f"{venv} "[:4]]
+    assert "creating" in phases[0] and "Python 3.99.0" in phases[0]
+    assert "torch==2.14.1" in phases[1] and "about 3 GB" in phases[1]       # what the big download is
+    assert lines[lines.index(phases[1]) + 1] == "pip was asked: -m pip install torch==2.14.1 torchvision==0.29.1"
+    assert "-q" not in done.stdout.split()                                   # pip's progress is shown
+    assert (venv / ".installed-stamp").exists()
+
+
+def test_make_setup_names_the_cpu_index_and_stops_when_pip_fails(tmp_path):
+    index = "https://download.pytorch.org/whl/cpu"
+    done, venv = _fake_setup(tmp_path, FAIL_PIP="1", args=[f"TORCH_INDEX_URL={index}"])
+    assert done.returncode != 0 and f"from {index}" in done.stdout
+    assert "3/3" not in done.stdout and not (venv / ".installed-stamp").exists()
