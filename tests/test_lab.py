@@ -106,7 +106,7 @@ def lab(tmp_path_factory):
     try:  # whatever happens below, the server and its kernels are stopped
         base = f"http://127.0.0.1:{port}"
         _wait_until_serving(proc, f"{base}/api/status?token={token}", log_path)
-        yield {"base": base, "token": token, "port": port, "notebooks": notebooks}
+        yield {"base": base, "token": token, "port": port, "notebooks": notebooks, "log": log_path}
     finally:
         leftovers = _stop(proc, root)
     assert not leftovers, f"processes left running after JupyterLab stopped: {leftovers}"
@@ -124,6 +124,12 @@ def test_make_lab_needs_the_token(lab):
     assert _status(f"{lab['base']}/api/status?token={lab['token']}") == 200
     assert _status(f"{lab['base']}/api/status") == 403
     assert _status(f"{lab['base']}/api/status?token=wrong{lab['token']}") == 403
+
+
+def test_make_lab_says_what_it_does(lab):
+    said = [line for line in lab["log"].read_text().splitlines() if line.startswith("[lab ")]
+    assert len(said) == 2 and "trusting the notebooks" in said[0], said
+    assert f"starting JupyterLab on 127.0.0.1:{lab['port']}" in said[1]
 
 
 def test_make_lab_listens_on_loopback_only(lab):
