@@ -141,7 +141,9 @@ def build_site(notebooks: list[Path], out: Path) -> list[Path]:
     ordered = sorted((Path(p) for p in notebooks), key=lambda p: p.name)
     times = site_pages.run_times()
     cards = [site_pages.read_card(nbformat.read(p, as_version=4), p.stem, times) for p in ordered]
-    pages = [write_atomic(out / f"{p.stem}.html", site_pages.render_notebook(exporter, p, cards).encode())
+    # the pages this build writes and those an earlier one left in `out` (make html NB=... builds some)
+    built = {p.stem for p in ordered} | {p.stem for p in out.glob("[0-9][0-9]_*.html")}
+    pages = [write_atomic(out / f"{p.stem}.html", site_pages.render_notebook(exporter, p, cards, built).encode())
              for p in ordered]
-    site_pages.write_pages(cards, out)
+    site_pages.write_pages(cards, out, built)
     return pages

@@ -23,7 +23,6 @@ REPO = Path(__file__).resolve().parents[2]
 STYLESHEET = "site.css"
 MYTHS_PAGE = "myths.html"
 START_PAGE = "start.html"
-_NB_LINK = re.compile(r"\]\((\d\d_[a-z0-9_]+)\.ipynb(#[^)\s]*)?\)")
 _MYTH_LINK = re.compile(r"\]\(README\.md(#[^)\s]*)?\)")
 _TITLE = re.compile(r"^# (\d\d) · (.+)$", re.M)
 _PREREQUISITES = re.compile(r"^\*\*Prerequisites:\*\* (.+)$", re.M)
@@ -64,16 +63,26 @@ def read_card(nb, stem: str, times: dict[str, str]) -> Card:
                 prerequisites.group(1) if prerequisites else "", times.get(stem, ""))
 
 
-def to_pages(markdown: str) -> str:
-    """`markdown` with its links to notebooks and to the myth index pointing at the site's pages."""
-    return _MYTH_LINK.sub(rf"]({MYTHS_PAGE}\1)", _NB_LINK.sub(r"](\1.html\2)", markdown))
+_LINK_TO_NB = re.compile(r"\[([^\]]*)\]\((\d\d_[a-z0-9_]+)\.ipynb(#[^)\s]*)?\)")
 
 
-def _inline(markdown: str) -> str:
+def to_pages(markdown: str, built: set[str] | None = None) -> str:
+    """`markdown` with its links to notebooks and to the myth index pointing at the site's pages. A link to a
+    notebook whose page is not in `built` (stems; None: every page is) stays as its text, marked as such:
+    `make html NB=...` builds some pages, and a link to a missing page would lead nowhere."""
+    def page(m: re.Match) -> str:
+        if built is None or m.group(2) in built:
+            return f"[{m.group(1)}]({m.group(2)}.html{m.group(3) or ''})"
+        return f"{m.group(1)} (page not built: `make html` builds them all)"
+
+    return _MYTH_LINK.sub(rf"]({MYTHS_PAGE}\1)", _LINK_TO_NB.sub(page, markdown))
+
+
+def _inline(markdown: str, built: set[str] | None = None) -> str:
     """One line of the series' own markdown as HTML, without the paragraph around it."""
     from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
-    text = markdown2html_mistune(to_pages(markdown)).strip()
+    text = markdown2html_mistune(to_pages(markdown, built)).strip()
     return text[3:-4] if text.startswith("<p>") and text.endswith("</p>") else text
 
 
@@ -99,15 +108,16 @@ def _toc(body: str) -> str:
             '</ol></details></nav>') if entries else ""
 
 
-def render_notebook(exporter, nb_path: Path, cards: list[Card]) -> str:
-    """The page of `nb_path` (one of `cards`, in site order): its links to pages, the navigation, site.css."""
+def render_notebook(exporter, nb_path: Path, cards: list[Card], built: set[str] | None = None) -> str:
+    """The page of `nb_path` (one of `cards`, in site order): its links to the `built` pages, the navigation,
+    site.css."""
     import nbformat
 
     nb = nbformat.read(nb_path, as_version=4)
     widget_state.fall_back_to_pictures(nb)            # a view without stored state shows its picture
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = to_pages(cell.source)
+            cell.source = to_pages(cell.source, built)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": nb_path.stem, "path": str(nb_path.parent)}})
     k = [c.stem for c in cards].index(nb_path.stem)
     prev, nxt = cards[k - 1] if k else None, cards[k + 1] if k + 1 < len(cards) else None
@@ -135,25 +145,27 @@ def _index(cards: list[Card]) -> str:
         f"<tbody>\n{rows}</tbody></table>"))
 
 
-def _start(cards: list[Card]) -> str:
+def _start(cards: list[Card], built: set[str] | None) -> str:
     steps = "".join(f'<li><a href="{c.page}">{_inline(c.title)}</a>: {_inline(c.teaches)}'
-                    + (f' <span class="site-needs">Needs: {_inline(c.prerequisites)}</span>' if c.prerequisites
+                    + (f' <span class="site-needs">Needs: {_inline(c.prerequisites, built)}</span>' if c.prerequisites
                        else "") + "</li>\n" for c in cards)
     return _page("Start here · PyTorch from the Inside", (
         "<h1>Start here</h1><p>The notebooks in order, each building on the ones before it (run them in "
         f"JupyterLab with <code>make lab</code>).</p><ol class=\"site-path\">\n{steps}</ol>"))
 
 
-def _myths(readme: Path) -> str:
+def _myths(readme: Path, built: set[str] | None) -> str:
     from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
-    return _page("The myth index · PyTorch from the Inside", markdown2html_mistune(to_pages(readme.read_text())))
+    return _page("The myth index · PyTorch from the Inside",
+                 markdown2html_mistune(to_pages(readme.read_text(), built)))
 
 
-def write_pages(cards: list[Card], out: Path) -> list[Path]:
-    """index.html, the start-here path, the myth index (notebooks/README.md) and site.css, under `out`."""
+def write_pages(cards: list[Card], out: Path, built: set[str] | None = None) -> list[Path]:
+    """index.html, the start-here path, the myth index (notebooks/README.md, linked to the `built` pages) and
+    site.css, under `out`."""
     shutil.copy2(Path(__file__).with_name(STYLESHEET), out / STYLESHEET)
     series = [c for c in cards if c.teaches]            # the series' own notebooks, not stand-alone ones
     return [write_atomic(out / "index.html", _index(cards).encode()),
-            write_atomic(out / START_PAGE, _start(series).encode()),
-            write_atomic(out / MYTHS_PAGE, _myths(REPO / "notebooks" / "README.md").encode())]
+            write_atomic(out / START_PAGE, _start(series, built).encode()),
+            write_atomic(out / MYTHS_PAGE, _myths(REPO / "notebooks" / "README.md", built).encode())]
