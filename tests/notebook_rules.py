@@ -118,10 +118,11 @@ def unlinked_references(markdown: str, notebook_names: set[str]) -> list[str]:
     """Each reference to a notebook in `markdown` that is not a link, and each link to a notebook file that is
     not among `notebook_names` or whose text names another notebook's number."""
     problems = []
-    for text, target in MD_LINK.findall(markdown):
+    for text, href in MD_LINK.findall(markdown):
+        target = href.split("#")[0]                              # a heading's anchor: markdown_rules checks it
         if NAME.match(target) and (target not in notebook_names or
                                    any(n != target[:2] for n in TWO_DIGITS.findall(text))):
-            problems.append(f"[{text}]({target}) links to no notebook of that number")
+            problems.append(f"[{text}]({href}) links to no notebook of that number")
     for line in MD_LINK.sub("", markdown).splitlines():
         refs = [m.group(1) for m in NOTEBOOK_REF.finditer(line)]
         if line.startswith("**Prerequisites:**"):
