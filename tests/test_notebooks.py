@@ -88,6 +88,16 @@ def test_a_missing_opening_is_caught():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_notebook_is_stored_as_jupyterlab_saves_it(path):
+    """nbformat.write's text and its one final newline, as Jupyter's server writes it on every save: a notebook
+    a learner opens and saves stays byte for byte what git has (tests/test_lab.py saves one in JupyterLab)."""
+    import nbformat
+
+    text = path.read_text()
+    assert text == nbformat.writes(nbformat.reads(text, as_version=nbformat.NO_CONVERT)) + "\n"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebooks_use_only_public_nbhelpers_names(path):
     for module, name in notebook_rules.nbhelpers_imports(_read(path)):
         assert name in importlib.import_module(f"nbhelpers.{module}").__all__, f"{module}.{name}"

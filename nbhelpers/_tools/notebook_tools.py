@@ -55,7 +55,7 @@ def execute_notebook(path: str | os.PathLike, timeout_s: int = 600) -> None:
                    store_widget_state=True, record_timing=False, allow_errors=False,
                    skip_cells_with_tag="skip-execution").execute()
     sanitize_outputs(nb)
-    write_atomic(path, nbformat.writes(nb).encode())
+    write_atomic(path, (nbformat.writes(nb) + "\n").encode())    # as nbformat.write and JupyterLab end it
 
 
 def sanitize_rules(stored: bool = False) -> list[tuple[re.Pattern, str]]:
