@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nbhelpers import arguments, atomic, forward_view, graph_view, memory_timeline
 
-__all__ = ["summary", "show", "save_html", "page", "MAX_PAGE_BYTES"]
+__all__ = ["summary", "show", "save_html", "page", "lesson_links", "MAX_PAGE_BYTES"]
 
 MAX_PAGE_BYTES = 1_000_000
 _HERE = Path(__file__).parent
@@ -87,12 +87,12 @@ def _widget_states(d) -> list[tuple[str, dict]]:
     return states
 
 
-def _data(d, notebooks: str) -> dict:
+def _data(d, lessons: dict[str, str]) -> dict:
     views = _widget_states(d)
     return {"title": f"Diagnosis of {d.model}", "subtitle": f"{', '.join(d.inputs)} · {d.step}",
             "error": f"the step raised {d.error}" + (f" at {d.error_where}" if d.error_where else "") if d.error else "",
             "findings": [{"kind": f.kind, "title": f.title, "evidence": f.evidence, "where": f.where,
-                          "lesson": f.lesson, "notebook": f"{notebooks}/{f.notebook}" if notebooks else ""}
+                          "lesson": f.lesson, "notebook": lessons.get(f.notebook, "")}
                          for f in d.findings],
             "agreements": [{"name": a.name, "ours": a.ours, "theirs": a.theirs, "tool": a.tool, "agrees": a.agrees}
                            for a in d.agreements],
@@ -106,11 +106,11 @@ def _script_safe(data: dict) -> str:
     return json.dumps(data).replace("<", "\\u003c")
 
 
-def page(d, notebooks: str = "") -> str:
+def page(d, lessons: dict[str, str] | None = None) -> str:
     """The report as one HTML document: no request leaves it (no CDN, no font, no image).
 
-    notebooks: the series' notebooks folder relative to where the page will be, for links to the lessons
-    (none when empty).
+    lessons: {notebook file: URL relative to where the page will be} for links to the lessons (none when
+    absent).
     """
     shell = (_HERE / "report_page.html").read_text()
     code = graph_view.esm_source() + "\n" + (_HERE / "report_page.js").read_text()
@@ -118,21 +118,26 @@ def page(d, notebooks: str = "") -> str:
         raise AssertionError("a shipped front-end file contains </script>, which would end the page's script")
     before, rest = shell.split("@DATA@")
     middle, after = rest.split("@CODE@")          # one pass: a name in the data that reads @CODE@ stays text
-    return before + _script_safe(_data(d, notebooks)) + middle + code + after
+    return before + _script_safe(_data(d, lessons or {})) + middle + code + after
 
 
-def _notebooks_from(folder: Path) -> str:
-    """The series' notebooks folder relative to `folder` (a URL path), or "" where this is no checkout of it."""
-    notebooks = _HERE.parent / "notebooks"
-    if not notebooks.is_dir():
-        return ""
-    return Path(os.path.relpath(notebooks, folder.resolve())).as_posix()
+def lesson_links(d, folder: Path, site: Path = _HERE.parent / "build" / "site") -> dict[str, str]:
+    """{notebook: URL relative to `folder`} for each lesson of `d`'s findings: the page `make html` built
+    (a browser shows it; a .ipynb it would show as raw JSON), else the notebook of this checkout (JupyterLab
+    opens it), else no link (the package installed outside a checkout)."""
+    links = {}
+    for f in d.findings:
+        for target in (site / f"{Path(f.notebook).stem}.html", _HERE.parent / "notebooks" / f.notebook):
+            if target.is_file():
+                links[f.notebook] = Path(os.path.relpath(target, folder.resolve())).as_posix()
+                break
+    return links
 
 
 def save_html(d, path) -> Path:
     """Write `page(d)` to `path`, atomically; a page over MAX_PAGE_BYTES is refused with what to do."""
     target = arguments.require_writable_file("Diagnosis.save_html", "path", path)
-    text = page(d, _notebooks_from(target.parent)).encode()
+    text = page(d, lesson_links(d, target.parent)).encode()
     if len(text) > MAX_PAGE_BYTES:
         raise ValueError(f"Diagnosis.save_html: the page would be {len(text):,} B, over {MAX_PAGE_BYTES:,}; "
                          "diagnose a smaller input (fewer ops), or save the snapshot instead (save_snapshot)")

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from nbhelpers import diagnose, findings, planted_models
+from nbhelpers import diagnose, diagnosis_view, findings, planted_models
 from tests import REPO, browser
 
 
@@ -47,9 +47,11 @@ def _check_outer(page, scheme: str) -> None:
     first = page.locator("#findings li").first.inner_text()
     assert first.startswith("saved-for-backward") and "planted_models.py:" in first and "pairs = h[:, :, None]" in first
     assert page.locator("#agreement-count").inner_text() == "14 of 14 numbers agree."
-    lesson = page.locator("#findings li .lesson a").first          # a link to the notebook, relative to the page
+    lesson = page.locator("#findings li .lesson a").first     # the site's page if make html built it, else the notebook
     assert lesson.inner_text() == "notebook 02 · autograd graph"
-    assert lesson.evaluate("a => a.href") == (REPO / "notebooks" / "02_autograd_graph.ipynb").as_uri()
+    built = REPO / "build" / "site" / "02_autograd_graph.html"
+    assert lesson.evaluate("a => a.href") == (built if built.is_file() else REPO / "notebooks" /
+                                              "02_autograd_graph.ipynb").as_uri()
     views = page.locator(".gv")
     assert views.count() == 2
     assert browser.check_timeline(views.nth(0), "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
@@ -77,3 +79,17 @@ def test_a_hostile_module_name_is_text_on_the_page(pages):
     with _opened(pages / "hostile.html") as page:
         assert page.locator("img").count() == 0
         assert page.locator("g.gv-box > title", has_text="<img src=x onerror=alert(1)>").count() >= 1
+
+
+def test_a_lesson_links_to_the_built_page_else_the_notebook_else_nothing(tmp_path):
+    torch.manual_seed(0)
+    d = diagnose.run(planted_models.OuterProduct(), torch.randn(8, 32))
+    notebook = d.findings[0].notebook
+    site, folder = tmp_path / "site", tmp_path / "reports"
+    site.mkdir(), folder.mkdir()
+    to_notebook = diagnosis_view.lesson_links(d, folder, site)[notebook]       # no page built: the notebook
+    assert (folder / to_notebook).resolve() == REPO / "notebooks" / notebook
+    (site / notebook.replace(".ipynb", ".html")).write_text("<p>page</p>")
+    assert diagnosis_view.lesson_links(d, folder, site)[notebook] == f"../site/{notebook.replace('.ipynb', '.html')}"
+    assert '"notebook": ""' in diagnosis_view.page(d, {}) and f'"notebook": "{to_notebook}"' not in \
+        diagnosis_view.page(d, {})                                              # outside a checkout: no link
