@@ -31,7 +31,9 @@ The map. Each module has one layer and imports only from its own layer and the l
 | memory_agreement  | instrument | 08                         | memory.track against torch's MemTracker, to the byte |
 | eager_only        | instrument | 08                         | dispatch modes say when a compiled call ran eagerly  |
 | profiling         | instrument | 09                         | profiler traces as data; FLOPs, bytes, regime        |
+| flop_formulas     | instrument | -                          | FLOPs of the ops FlopCounterMode counts 0 (attention) |
 | module_work       | instrument | -                          | FLOPs and bytes per module, against FlopCounterMode  |
+| model_call        | instrument | -                          | a model's call as people pass it; its output's loss  |
 | step_lenses       | instrument | -                          | one step under every lens, each checked against torch |
 | findings          | instrument | 13                         | what a diagnosis found, ranked, with the evidence    |
 | compilation       | instrument | 05 06 11                   | backends, their cost, graph breaks, recompiles       |

@@ -77,15 +77,22 @@ def capture(fn: Callable, *args, kernels: bool = True, **kwargs) -> CompileRepor
 
 
 def capture_calls(fn: Callable, calls: Sequence, *, dynamic: bool | None = None,
-                  kernels: bool = False) -> CompileReport:
-    """Compile `fn` once and call it on each of `calls` in turn (a tuple of arguments, or one argument),
-    as a program would: the report's entries say which call compiled what, and why each recompile did."""
+                  kernels: bool = False, keywords: Sequence[dict] | None = None) -> CompileReport:
+    """Compile `fn` once and call it on each of `calls` in turn (a tuple of arguments, or one argument; with
+    `keywords`, each call's keyword arguments, in the same order), as a program would: the report's entries say
+    which call compiled what, and why each recompile did."""
     _require_compilable("compile_lens.capture_calls", fn)
     if not isinstance(calls, (list, tuple)) or not calls:
         raise (TypeError if not isinstance(calls, (list, tuple)) else ValueError)(
             "compile_lens.capture_calls: `calls` must be a non-empty list of calls, each a tuple of arguments "
             f"or one argument, such as [torch.rand(4), torch.rand(8)]; got {arguments.given(calls)}")
-    return _capture(fn, [(c if isinstance(c, tuple) else (c,), {}) for c in calls], dynamic, kernels)
+    keywords = [{}] * len(calls) if keywords is None else keywords
+    if not isinstance(keywords, (list, tuple)) or len(keywords) != len(calls) or \
+            not all(isinstance(k, dict) for k in keywords):
+        raise TypeError(f"compile_lens.capture_calls: `keywords` must be a list of {len(calls)} dicts, one per call "
+                        f"(its keyword arguments), or None; got {arguments.given(keywords)}")
+    return _capture(fn, [(c if isinstance(c, tuple) else (c,), k) for c, k in zip(calls, keywords)], dynamic,
+                    kernels)
 
 
 def _require_compilable(function: str, fn) -> None:

@@ -24,8 +24,8 @@ from typing import Callable
 
 import torch
 
-from nbhelpers import (arguments, autograd_graph, devices, eager_only, findings, forward_graph, memory, module_work,
-                       profiling, step_lenses)
+from nbhelpers import (arguments, autograd_graph, devices, eager_only, findings, forward_graph, memory, model_call,
+                       module_work, profiling, step_lenses)
 from nbhelpers.findings import Finding
 from nbhelpers.step_lenses import Agreement, ExportResult, WhatIf
 
@@ -35,7 +35,7 @@ __all__ = ["Agreement", "ExportResult", "WhatIf", "Diagnosis", "run"]
 @dataclass(frozen=True)
 class Diagnosis:
     model: str                                  # the model's class
-    inputs: tuple[str, ...]                     # "[2, 3, 64, 64] float32" per example input
+    inputs: tuple[str, ...]                     # "[2, 3, 64, 64] float32" per positional argument, "name: ..." per keyword
     step: str                                   # what ran: the loss, backward, the optimizer; or inference
     findings: tuple[Finding, ...]               # most important first
     agreements: tuple[Agreement, ...]
@@ -80,35 +80,41 @@ class Diagnosis:
         memory_timeline.save_snapshot(self, path)
 
 
-def run(model: torch.nn.Module, example_inputs, *, target: torch.Tensor | None = None,
-        loss_fn: Callable | None = None, optimizer: torch.optim.Optimizer | None = None,
-        device: torch.device | str | None = None) -> Diagnosis:
-    """Diagnose one step of `model` on `example_inputs` (a tensor or a tuple of tensors).
+def run(model: torch.nn.Module, example_inputs=None, *, args: tuple | None = None, kwargs: dict | None = None,
+        target: torch.Tensor | None = None, loss_fn: Callable | None = None,
+        optimizer: torch.optim.Optimizer | None = None, device: torch.device | str | None = None) -> Diagnosis:
+    """Diagnose one step of `model` on `example_inputs` (a tensor, a tuple of positional arguments, or a dict
+    batch called as `model(**batch)`), or on `args` and `kwargs` (`model(*args, **kwargs)`; None and other
+    non-tensor values may be among them). Every lens runs the model on the same arguments; the batch is the first
+    dimension of the first tensor, and the lenses that re-batch change every tensor whose first dimension it is.
 
-    The step: `loss_fn(model(*inputs), target)` when `loss_fn` is given; else, with a `target`, cross-entropy (an
-    integer target) or MSE (a floating one) of the first floating output that needs a gradient; else, for a model
-    in train mode with a parameter that needs a gradient, the sum of that output (its backward graph is the
-    model's, whatever loss follows it); then backward, and `optimizer.step()` if given. Otherwise the model is
-    diagnosed for inference. `device` (None: the inputs') is where the inputs go; the model is not moved: a part
-    of it elsewhere is a finding. Inputs are positional; the first dimension of each is its batch.
+    The step: `loss_fn(output, target)` when `loss_fn` is given; else, with no target, the model's own loss
+    (`output.loss` or `output["loss"]`, as a Hugging Face model returns when its batch carries `labels`); else,
+    with a `target`, cross-entropy (an integer target) or MSE (a floating one) of the first floating output that
+    needs a gradient (in a tuple's, dict's, ModelOutput's or dataclass's order, its `loss` left out); else, for a
+    model in train mode with a parameter that needs a gradient, the sum of that output (its backward graph is the
+    model's, whatever loss follows it); then backward, and `optimizer.step()` if given. `Diagnosis.step` says
+    which. Otherwise the model is diagnosed for inference. `device` (None: the inputs') is where the inputs go; the
+    model is not moved: a part of it elsewhere is a finding.
 
     Put back afterwards: the values of the model's parameters, buffers and tensors kept as plain attributes, of the
     optimizer's and the loss module's parameters, the gradient tensors themselves, train/eval flags, the
     optimizer's state (in its own tensors), the random generators. Not put back: other Python attributes a
     forward changes (a call counter), and torch.compile's caches, which the compile lenses reset as `explain` does.
     """
-    inputs, target = _checked(model, example_inputs, target, loss_fn, optimizer, device)
+    call, target = _checked(model, example_inputs, args, kwargs, target, loss_fn, optimizer, device)
     compiled = isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
     model = model._orig_mod if compiled else model     # dispatch modes see the eager program, so diagnose that
     lens = step_lenses.Lenses()
+    inputs = tuple(call.tensors())
     with _preserved(model, optimizer, loss_fn, inputs), _no_cuda_notice(), warnings.catch_warnings():
         warnings.simplefilter("ignore", eager_only.CompiledRanEagerly)
         held = _storages(model, inputs)
-        parts = step_lenses.measure(model, inputs, target, loss_fn, optimizer, lens, held)
+        parts = step_lenses.measure(model, call, target, loss_fn, optimizer, lens, held)
     ranked = findings.rank(model, inputs, {**parts, "inputs": inputs, "held": held})
     step = parts.pop("step") + (" (of the eager module torch.compile wraps, model._orig_mod: the lenses that watch "
                                 "ops cannot see compiled kernels)" if compiled else "")
-    return Diagnosis(type(model).__name__, tuple(_describe(t) for t in inputs), step, ranked,
+    return Diagnosis(type(model).__name__, call.describe(), step, ranked,
                      tuple(parts.pop("agreements")), seconds=lens.seconds, unchecked=tuple(lens.unchecked), **parts)
 
 
@@ -119,28 +125,29 @@ def _storages(model, inputs) -> set[int]:
     return {memory.storage_key(part) for t in held if t.device.type != "meta" for part in memory.dense_parts(t)}
 
 
-def _checked(model, example_inputs, target, loss_fn, optimizer, device):
+def _checked(model, example_inputs, args, kwargs, target, loss_fn, optimizer, device):
     arguments.require_module("diagnose.run", "model", model)
-    if any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in model.parameters()):
+    eager = model._orig_mod if isinstance(model, torch._dynamo.eval_frame.OptimizedModule) else model
+    if any(isinstance(p, torch.nn.parameter.UninitializedParameter) for p in eager.parameters()):
         raise ValueError("diagnose.run: `model` has lazy parameters not made yet (nn.LazyLinear and the like): "
                          "call it once on an example input, then diagnose it")
-    inputs = example_inputs if isinstance(example_inputs, tuple) else (example_inputs,)
-    if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
-        raise TypeError("diagnose.run: `example_inputs` must be a tensor or a tuple of tensors, such as "
-                        f"torch.randn(2, 3, 64, 64); got {arguments.given(example_inputs)}")
+    held = [*eager.named_parameters()] or [*eager.named_buffers()]
+    if held and all(t.is_meta for _, t in held):     # one tensor there is a finding (planted_models.BufferElsewhere)
+        raise ValueError(f"diagnose.run: `model` is on the meta device (its {held[0][0]} has a shape but no data), so no "
+                         "step can run; build it on a real device, or call model.to_empty(device='cpu') and "
+                         "initialize its weights (model.init_weights() or load a state_dict) first")
+    if example_inputs is None and args is None and kwargs is None:
+        raise TypeError("diagnose.run: `example_inputs` is missing: pass the model's inputs, a tensor, a tuple of "
+                        "positional arguments or a dict batch, or args=(...) and kwargs={...}")
+    call = model_call.of("diagnose.run", eager, example_inputs, args, kwargs)
     if target is not None:
         arguments.require("diagnose.run", "target", target, torch.Tensor, "a tensor of targets, or None")
     if loss_fn is not None:
         arguments.require_callable("diagnose.run", "loss_fn", loss_fn, "a function (output, target) -> loss, "
                                    "such as torch.nn.functional.cross_entropy")
     arguments.require_optimizer("diagnose.run", "optimizer", optimizer, optional=True)
-    where = devices.resolve(device, *inputs)
-    moved = tuple(t.to(where) for t in inputs)
-    return moved, None if target is None else target.to(where)
-
-
-def _describe(t: torch.Tensor) -> str:
-    return f"[{', '.join(map(str, t.shape))}] {str(t.dtype).removeprefix('torch.')}"
+    where = devices.resolve(device, *call.tensors())
+    return call.to(where), None if target is None else target.to(where)
 
 
 def _tensors_to_keep(model, optimizer, loss_fn) -> list[torch.Tensor]:

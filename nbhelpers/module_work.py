@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from nbhelpers import arguments, eager_only, module_scope, profiling
+from nbhelpers import arguments, eager_only, flop_formulas, module_scope, profiling
 
 __all__ = ["Work", "by_module", "flop_counter"]
 
@@ -32,6 +32,7 @@ class Work:
     flops: int = 0
     bytes_moved: int = 0       # profiling.work's estimate: each distinct tensor an op reads or writes, once
     forward_flops: int = 0     # of `flops`, those of the forward (what activation checkpointing runs again)
+    added_flops: int = 0       # of `flops`, counted analytically where FlopCounterMode has no formula (flop_formulas)
 
 
 class _Counter(TorchDispatchMode):
@@ -39,7 +40,8 @@ class _Counter(TorchDispatchMode):
         super().__init__()
         from torch.utils.flop_counter import flop_registry
 
-        self.scope, self.formulas = scope, {**flop_registry, **profiling.cpu_attention_formulas()}
+        # flop_registry's formulas take the op's tensors (register_flop_formula wrapped them), as flop_formulas' do
+        self.scope, self.formulas = scope, {**flop_registry, **flop_formulas.added()}
         self.counts: dict[str, Work] = defaultdict(Work)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -55,6 +57,7 @@ class _Counter(TorchDispatchMode):
             work.flops += flops
             work.bytes_moved += moved
             work.forward_flops += flops if forward else 0
+            work.added_flops += flops if func._overloadpacket in flop_formulas.added() else 0
         return out
 
 
@@ -71,12 +74,12 @@ def by_module(fn: Callable[[], object]) -> dict[str, Work]:
 
 
 def flop_counter(fn: Callable[[], object]) -> dict[str, int]:
-    """Run `fn()` under torch's FlopCounterMode (with CPU attention's formulas, as profiling.work counts it):
+    """Run `fn()` under torch's FlopCounterMode (with flop_formulas' additions, as profiling.work counts them):
     its FLOPs per module, named by its ModuleTracker, and "Global"."""
     from torch.utils.flop_counter import FlopCounterMode
 
     arguments.require_callable("module_work.flop_counter", "fn", fn, "a function of no arguments")
-    counter = FlopCounterMode(display=False, custom_mapping=profiling.cpu_attention_formulas())
+    counter = FlopCounterMode(display=False, custom_mapping=flop_formulas.added())
     with eager_only.warn_if_compiled("module_work.flop_counter", eager_only.FOR_WORK), counter:
         fn()
     return {name: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}

@@ -10,7 +10,6 @@ Example:
 """
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections import defaultdict
@@ -19,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-from nbhelpers import arguments, devices, eager_only
+from nbhelpers import arguments, devices, eager_only, flop_formulas
 
 __all__ = ["OpTime", "trace_summary", "plot_top_ops", "Work", "work", "median_seconds", "machine_peaks",
-           "regime"]   # machine_peaks returns Peaks, regime a Regime; bytes_moved, cpu_attention_formulas: module_work's
+           "regime"]   # machine_peaks returns Peaks, regime a Regime; bytes_moved: module_work's
 
 
 @dataclass(frozen=True)
@@ -73,42 +72,26 @@ class Work:
 
     flops: int
     bytes_moved: int          # inputs plus outputs of every non-view op, as if nothing stayed in cache: an estimate
-    added_flops: int = 0      # of `flops`, those FlopCounterMode counts 0 for (CPU attention), by torch's formula
+    added_flops: int = 0      # of `flops`, those FlopCounterMode counts 0 for, counted analytically (flop_formulas)
 
 
 def work(fn) -> Work:
     """Run `fn()` once and count its FLOPs with `torch.utils.flop_counter.FlopCounterMode` and the bytes its
     ops read and write (each distinct tensor argument and result of each op that is not a view, by the bytes its
     elements occupy: a broadcast input counts once, not at its expanded size). FlopCounterMode has no formula for
-    CPU attention (aten._scaled_dot_product_flash_attention_for_cpu and its backward) and counts it 0; `work`
-    adds it with torch's own sdpa_flop_count formulas, and says how much in `Work.added_flops`."""
+    CPU attention (aten._scaled_dot_product_flash_attention_for_cpu and its backward) nor for the fused inference
+    paths of nn.MultiheadAttention and nn.TransformerEncoderLayer, and counts them 0; `work` adds them
+    analytically (`flop_formulas`, torch's sdpa_flop_count for the attention) and says how much in
+    `Work.added_flops`."""
     from torch.utils.flop_counter import FlopCounterMode
 
     arguments.require_callable("profiling.work", "fn", fn, "a function of no arguments, such as lambda: model(x)")
-    counter, moved = FlopCounterMode(display=False, custom_mapping=cpu_attention_formulas()), _BytesMoved()
+    counter, moved = FlopCounterMode(display=False, custom_mapping=flop_formulas.added()), _BytesMoved()
     with eager_only.warn_if_compiled("profiling.work", eager_only.FOR_WORK), counter, moved:
         fn()
     added = sum(n for op, n in counter.get_flop_counts().get("Global", {}).items()
-                if op in cpu_attention_formulas())
+                if op in flop_formulas.added())
     return Work(counter.get_total_flops(), moved.total, added)
-
-
-@functools.cache
-def cpu_attention_formulas() -> dict:
-    """CPU attention's FLOPs, by the formulas torch/utils/flop_counter.py applies to its CUDA kernels (the CPU
-    kernels take query, key, value first, and the backward takes grad_out first, as those do)."""
-    from torch.utils import flop_counter
-
-    aten = torch.ops.aten
-
-    def forward(query, key, value, *args, out_shape=None, **kwargs) -> int:
-        return flop_counter.sdpa_flop_count(query, key, value)
-
-    def backward(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
-        return flop_counter.sdpa_backward_flop_count(grad_out, query, key, value)
-
-    return {aten._scaled_dot_product_flash_attention_for_cpu: forward,
-            aten._scaled_dot_product_flash_attention_for_cpu_backward: backward}
 
 
 class _BytesMoved:
@@ -146,17 +129,18 @@ def bytes_moved(value) -> int:
 
 def _identity(t: torch.Tensor) -> tuple:
     """The same elements: one tensor passed twice (x * x) is read once."""
-    if t.layout != torch.strided:
+    if t.layout != torch.strided or t.is_nested:
         return (id(t),)
     return t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype
 
 
 def _bytes_held(t: torch.Tensor) -> int:
     """The bytes a tensor's elements occupy: a dimension of stride 0 (expand, broadcast) repeats the same
-    elements, so it does not multiply; a sparse tensor holds its indices and values."""
+    elements, so it does not multiply; a sparse tensor holds its indices and values, a nested one (the packed
+    batch TransformerEncoder makes) its elements."""
     if t.layout == torch.sparse_coo:
         return _bytes_held(t._indices()) + _bytes_held(t._values())
-    if t.layout != torch.strided or t.numel() == 0:
+    if t.layout != torch.strided or t.is_nested or t.numel() == 0:
         return t.numel() * t.element_size()
     return math.prod(size for size, stride in zip(t.shape, t.stride()) if stride != 0) * t.element_size()
 

@@ -2,8 +2,9 @@
 PyTorch's own tool: the parts `diagnose.run` puts together. A lens that cannot run on a model is recorded with
 why (`Lenses.unchecked`), never raised, so the others still report.
 
-The step is a `Step`: the model's forward on its inputs, a loss (given, from the target, or the sum of the output),
-backward and the optimizer's step, runnable again at another batch size (the regime and the recompile lens need
+The step is a `Step`: the model's forward on its call (`model_call.Call`: the same positional and keyword
+arguments for every lens), a loss (given, the model's own `output.loss`, from the target, or the sum of the
+output), backward and the optimizer's step, runnable again at another batch size (the regime and the recompile lens need
 that). `measure` runs every lens on it and returns their results by name, for `findings.rank` and `Diagnosis`.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from nbhelpers import (arguments, autograd_graph, compile_lens, findings, forward_graph, memory, memory_agreement,
-                       module_scope, module_work, profiling)
+                       model_call, module_work, profiling)
 
 __all__: list[str] = []   # Agreement, ExportResult, WhatIf (diagnose re-exports them), Step, Lenses, measure: diagnose's
 
@@ -80,11 +81,11 @@ class Lenses:
             self.seconds[name] = time.perf_counter() - start
 
 
-def measure(model, inputs, target, loss_fn, optimizer, lens: Lenses, held: set[int]) -> dict:
-    step = Step(model, inputs, target, loss_fn, optimizer)
+def measure(model, call: model_call.Call, target, loss_fn, optimizer, lens: Lenses, held: set[int]) -> dict:
+    step = Step(model, call, target, loss_fn, optimizer)
     parts = lens("step under memory.track", step.tracked) or step.unmeasured(lens.unchecked[-1])
     parts["saved_by_module"] = findings.saved_by_module(parts["graph"], held) if parts["graph"] else {}
-    parts["forward"] = lens("forward graph", lambda: forward_graph.trace(model, *inputs))
+    parts["forward"] = lens("forward graph", lambda: forward_graph.trace(model, *call.args, **call.kwargs))
     agreements = parts["agreements"] = []
     if parts["error"]:
         return parts
@@ -94,9 +95,9 @@ def measure(model, inputs, target, loss_fn, optimizer, lens: Lenses, held: set[i
     parts["work"], flop_rows = lens("FLOPs vs FlopCounterMode", lambda: _work(step), ({}, []))
     agreements += flop_rows
     parts["regime"] = lens("regime", lambda: _regime(step))
-    parts["compile"], compile_rows = lens("compile lens vs explain", lambda: _compile(model, inputs), (None, []))
+    parts["compile"], compile_rows = lens("compile lens vs explain", lambda: _compile(model, call), (None, []))
     agreements += compile_rows
-    parts["export"] = lens("export", lambda: _export(model, inputs), ())
+    parts["export"] = lens("export", lambda: _export(model, call), ())
     parts["checkpoint"] = _checkpoint_what_ifs(model, parts)
     return parts
 
@@ -104,27 +105,44 @@ def measure(model, inputs, target, loss_fn, optimizer, lens: Lenses, held: set[i
 class Step:
     """One step of the model, runnable again at another batch size."""
 
-    def __init__(self, model, inputs, target, loss_fn, optimizer):
-        self.model, self.inputs, self.target, self.loss_fn, self.optimizer = model, inputs, target, loss_fn, optimizer
-        given = target is not None or loss_fn is not None
+    def __init__(self, model, call: model_call.Call, target, loss_fn, optimizer):
+        self.model, self.call, self.target, self.loss_fn, self.optimizer = model, call, target, loss_fn, optimizer
+        given = target is not None or loss_fn is not None or call.kwargs.get("labels") is not None
         self.training = given or (model.training and any(p.requires_grad for p in model.parameters()))
-        self.describe = ("inference (no target or loss was given, and the model is in eval mode or no parameter "
-                         "needs a gradient)"
-                         if not self.training else f"training step: {self._loss_text()}, backward"
-                         + (f", {type(optimizer).__name__}.step()" if optimizer is not None else ""))
+        self.own_loss = False       # the loss was the output's own (output.loss), known once the model has run
+
+    @property
+    def describe(self) -> str:
+        if not self.training:
+            return ("inference (no target, loss or labels were given, and the model is in eval mode or no parameter "
+                    "needs a gradient)")
+        return f"training step: {self._loss_text()}, backward" + (
+            f", {type(self.optimizer).__name__}.step()" if self.optimizer is not None else "")
 
     def _loss_text(self) -> str:
         if self.loss_fn is not None:
             return f"loss = {getattr(self.loss_fn, '__name__', type(self.loss_fn).__name__)}(output, target)"
+        if self.own_loss:
+            return "loss = output.loss (the model's own, from the labels in its inputs)"
         if self.target is not None:
             return "loss = " + ("cross_entropy" if not self.target.is_floating_point() else "mse_loss") + \
                 "(output, target)"
         return "loss = output.sum() (no target given: the backward graph is the model's, whatever loss follows)"
 
+    def forward(self, call: model_call.Call | None = None):
+        return (call or self.call)(self.model)
+
     def loss(self, output) -> torch.Tensor:
+        """loss_fn(output, target) when given; else the model's own `output.loss` when there is no target; else,
+        of model_call.loss_tensors(output)[0] (the first floating output that needs a gradient, `loss` left out),
+        cross-entropy or MSE against the target, or its sum."""
         if self.loss_fn is not None:
             return self.loss_fn(output, self.target)
-        found = [t for t in module_scope.tensors_in(output) if t.is_floating_point() and t.requires_grad]
+        own = model_call.own_loss(output) if self.target is None else None
+        if own is not None:
+            self.own_loss = True
+            return own
+        found = model_call.loss_tensors(output)
         if not found:
             raise ValueError(f"diagnose.run: the model returned {arguments.given(output)}, with no floating tensor "
                              "that needs a gradient, so no loss can be formed from it; pass loss_fn(output, target) "
@@ -137,19 +155,18 @@ class Step:
         return first.float().sum()
 
     def at(self, size: int) -> "Step":
-        """The same step at another batch size: its inputs and target (their first dimension) re-batched."""
-        target = None if self.target is None else _batch((self.target,), size)[0]
-        return Step(self.model, _batch(self.inputs, size), target, self.loss_fn, self.optimizer)
+        """The same step at another batch size: its call and target (their first dimension) re-batched."""
+        target = None if self.target is None else model_call.Call((self.target,), {}).at(size).args[0]
+        return Step(self.model, self.call.at(size), target, self.loss_fn, self.optimizer)
 
-    def __call__(self, inputs=None) -> None:
-        inputs = self.inputs if inputs is None else inputs
+    def __call__(self) -> None:
         if not self.training:
             with torch.no_grad():
-                self.model(*inputs)
+                self.forward()
             return
         if self.optimizer is not None:
             self.optimizer.zero_grad(set_to_none=True)
-        self.loss(self.model(*inputs)).backward()
+        self.loss(self.forward()).backward()
         if self.optimizer is not None:
             self.optimizer.step()
 
@@ -158,7 +175,7 @@ class Step:
         graph, nodes, at, error, where = None, {}, -1, "", ""
         with memory.track(lines=True) as tracker:
             try:
-                output = self.model(*self.inputs) if self.training else _no_grad(self.model, self.inputs)
+                output = self.forward() if self.training else self.no_grad()
                 if self.training:
                     loss = self.loss(output)
                     at = len(tracker.events)
@@ -171,6 +188,10 @@ class Step:
                 error, where = findings.error_text(raised), findings.user_place(raised)
         return {"tracker": tracker, "graph": graph, "nodes": nodes, "traced_at": at, "error": error,
                 "error_where": where, "step": self.describe, "categories": self._categories()}
+
+    def no_grad(self):
+        with torch.no_grad():
+            return self.forward()
 
     def unmeasured(self, why: str) -> dict:
         """What `tracked` returns when the lens itself failed (not the model): nothing measured, and why."""
@@ -190,11 +211,6 @@ class Step:
         return owner
 
 
-def _no_grad(model, inputs):
-    with torch.no_grad():
-        return model(*inputs)
-
-
 def _memory_agreements(step: Step) -> list[Agreement]:
     optimizer = step.optimizer or torch.optim.SGD(step.model.parameters(), lr=0.0)   # lr 0: nothing moves
     rows = memory_agreement.against_memtracker(lambda: _step_with(step, optimizer), step.model, optimizer)
@@ -202,7 +218,7 @@ def _memory_agreements(step: Step) -> list[Agreement]:
 
 
 def _step_with(step: Step, optimizer) -> None:
-    step.loss(step.model(*step.inputs)).backward()
+    step.loss(step.forward()).backward()
     optimizer.step()
 
 
@@ -210,7 +226,7 @@ def _saved_agreement(step: Step, graph) -> list[Agreement]:
     """The bytes the graph's nodes save (as `_saved_*` lists them, a tensor saved twice counted twice) against
     what saved-tensor hooks are handed over the same forward and loss, corrected by the two documented
     differences (memory.SavedBytes)."""
-    counted, output = memory.saved_bytes_by_module(lambda *inputs: step.loss(step.model(*inputs)), *step.inputs)
+    counted, output = memory.saved_bytes_by_module(lambda: step.loss(step.forward()))
     hooks = sum(s.nbytes + s.wrapped_numbers - s.checkpoint_inputs for s in counted.values())
     traced = sum(s.nbytes for n in graph.nodes for s in n.saved)
     del output
@@ -223,52 +239,40 @@ def _work(step: Step) -> tuple[dict, list[Agreement]]:
     work, theirs = module_work.by_module(step), module_work.flop_counter(step)
     rows = [Agreement("FLOPs of the whole step", work[module_work.TOTAL].flops if work else 0,
                       theirs.get(module_work.TOTAL, 0), "FlopCounterMode")]
-    forward = lambda: _no_grad(step.model, step.inputs)         # noqa: E731 - run twice, once per counter
-    ours, theirs = module_work.by_module(forward), module_work.flop_counter(forward)
+    ours, theirs = module_work.by_module(step.no_grad), module_work.flop_counter(step.no_grad)
     rows += [Agreement(f"forward FLOPs of {name}", ours[name].flops if name in ours else 0, theirs.get(name, 0),
                        "FlopCounterMode") for name in dict.fromkeys([*ours, *theirs])
              if (ours[name].flops if name in ours else 0) or theirs.get(name, 0)]
     return work, rows
 
 
-def batch_size(inputs: tuple) -> int:
-    """The first input's first dimension: the batch, as the lenses that re-batch take it."""
-    return inputs[0].shape[0] if inputs[0].dim() else 1
-
-
-def _batch(inputs: tuple, size: int) -> tuple:
-    """The inputs at another batch size (their first dimension), repeating the first rows as needed."""
-    return tuple(t[torch.arange(size) % t.shape[0]] if t.dim() else t for t in inputs)
-
-
 def _regime(step: Step):
-    size = batch_size(step.inputs)
-    return profiling.regime(lambda n: step.at(n), (size, 2 * size), device=step.inputs[0].device)
+    size = step.call.batch
+    return profiling.regime(lambda n: step.at(n), (size, 2 * size), device=step.call.tensors()[0].device)
 
 
-def _compile(model, inputs) -> tuple[object, list[Agreement]]:
-    """Breaks on the example inputs against explain's; then the same forward at four batch sizes, as a
+def _compile(model, call: model_call.Call) -> tuple[object, list[Agreement]]:
+    """Breaks on the example call against explain's; then the same forward at four batch sizes, as a
     program would call it, for the recompiles."""
     with _quiet():
-        first = compile_lens.capture(model, *inputs, kernels=False)
-        explained = torch._dynamo.explain(model)(*inputs)
+        first = compile_lens.capture(model, *call.args, kernels=False, **call.kwargs)
+        explained = torch._dynamo.explain(model)(*call.args, **call.kwargs)
     torch.compiler.reset()
     ours_breaks = sum(b.count for b in first.breaks if b.in_explain)
     # explain's graph_break_count is graph_count - 1 (-1 when Dynamo skipped the whole frame): its reasons are the breaks
     rows = [Agreement("graph breaks (one call)", ours_breaks, len(explained.break_reasons), "torch._dynamo.explain"),
             Agreement("graphs compiled (one call)", len(first.graphs), explained.graph_count, "torch._dynamo.explain")]
-    size = batch_size(inputs)
-    calls = [_batch(inputs, size + k) for k in range(4)]
+    calls = [call.at(call.batch + k) for k in range(4)]
     with _quiet():
-        return compile_lens.capture_calls(model, calls), rows
+        return compile_lens.capture_calls(model, [c.args for c in calls], keywords=[c.kwargs for c in calls]), rows
 
 
-def _export(model, inputs) -> tuple[ExportResult, ...]:
+def _export(model, call: model_call.Call) -> tuple[ExportResult, ...]:
     results = []
     for strict in (True, False):
         try:
             with _quiet():
-                torch.export.export(model, inputs, strict=strict)
+                torch.export.export(model, call.args, kwargs=call.kwargs, strict=strict)
             results.append(ExportResult(strict))
         except Exception as error:  # noqa: BLE001 - a failing export is the finding
             results.append(ExportResult(strict, findings.error_text(error), findings.user_place(error)))

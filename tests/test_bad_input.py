@@ -172,6 +172,15 @@ WRONG_CALLS = [
     ("diagnose.run", lambda tmp: diagnose.run(None, torch.rand(2, 4)), "model"),
     ("diagnose.run", lambda tmp: diagnose.run(_model(), None), "example_inputs"),
     ("diagnose.run", lambda tmp: diagnose.run(_model(), (torch.rand(2, 4), "x")), "example_inputs"),
+    ("diagnose.run", lambda tmp: diagnose.run(torch.nn.Linear(4, 2, device="meta"), torch.rand(2, 4)), "model"),
+    ("diagnose.run", lambda tmp: diagnose.run(_model(), "a photo of a cat"), "example_inputs"),
+    ("diagnose.run", lambda tmp: diagnose.run(_model(), ["a photo", "a cat"]), "example_inputs"),
+    ("diagnose.run", lambda tmp: diagnose.run(_model(), args=(None,)), "args"),
+    ("diagnose.run", lambda tmp: diagnose.run(_model(), args=[torch.rand(2, 4)]), "args"),
+    ("diagnose.run", lambda tmp: diagnose.run(_model(), kwargs={"x": torch.rand(2, 4)}), "kwargs"),
+    ("diagnose.run", lambda tmp: diagnose.run(_model(), torch.rand(2, 4), args=(torch.rand(2, 4),)),
+     "example_inputs"),
+    ("diagnose.run", lambda tmp: diagnose.run(_ByName(), (torch.rand(2, 4), 0.5)), "example_inputs"),
     ("diagnose.run", lambda tmp: diagnose.run(_model(), torch.rand(2, 4), target=[0, 1]), "target"),
     ("diagnose.run", lambda tmp: diagnose.run(_model(), torch.rand(2, 4), loss_fn="mse"), "loss_fn"),
     ("diagnose.run", lambda tmp: diagnose.run(_model(), torch.rand(2, 4), optimizer=_model()), "optimizer"),
@@ -184,6 +193,13 @@ WRONG_CALLS = [
     ("memory_timeline.series", lambda tmp: memory_timeline.series({}, by="op"), "by"),
     ("module_work.by_module", lambda tmp: module_work.by_module(None), "fn"),
 ]
+
+
+class _ByName(torch.nn.Module):
+    """forward's scale can only be given by name: passing it positionally is refused before any step."""
+
+    def forward(self, x, *, scale):
+        return x * scale
 
 
 def _diagnosis():

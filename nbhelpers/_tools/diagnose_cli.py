@@ -1,9 +1,11 @@
-"""python -m nbhelpers diagnose MODULE:FACTORY --input 2x3x64x64 --out report.html
+"""python -m nbhelpers diagnose MODULE:FACTORY [--input 2x3x64x64] --out report.html
 
-Builds the model from an importable factory (a function of no arguments, or a class), makes random inputs of the
-given shapes, runs `diagnose.run`, prints the top findings and writes the page. Exit status 0 when the step ran,
-1 when it raised (the page still shows what was measured up to there), 2 for a command line it cannot run or a
-file it cannot write, with what to fix.
+Builds the model from an importable factory (a function of no arguments, or a class) that returns the model, or
+`(model, batch)` with the batch as `diagnose.run` takes it (a tensor, a tuple of positional arguments, or a dict
+of keywords such as a tokenizer's output with labels: `model(**batch)`). For a model alone, `--input` gives the
+shapes of random positional inputs. Runs `diagnose.run`, prints the top findings and writes the page.
+Exit status 0 when the step ran, 1 when it raised (the page still shows what was measured up to there), 2 for a
+command line it cannot run, a model or batch diagnose cannot take, or a file it cannot write, with what to fix.
 """
 from __future__ import annotations
 
@@ -22,9 +24,11 @@ class CommandError(ValueError):
 def add_parser(sub) -> None:
     p = sub.add_parser("diagnose", help="run one step of your model through every lens; write an offline report",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("factory", help="MODULE:FACTORY, e.g. torchvision.models:resnet18 or mymodels:build")
-    p.add_argument("--input", action="append", required=True, metavar="SHAPE",
-                   help="an input's shape, e.g. 2x3x64x64 (repeat for each input of forward)")
+    p.add_argument("factory", help="MODULE:FACTORY, e.g. torchvision.models:resnet18 or mymodels:build; it returns "
+                   "the model, or (model, batch)")
+    p.add_argument("--input", action="append", metavar="SHAPE",
+                   help="an input's shape, e.g. 2x3x64x64 (repeat for each input of forward); needed when the "
+                   "factory returns the model alone")
     p.add_argument("--dtype", default="float32", help="the inputs' dtype (default float32; an integer dtype "
                    "gives random integers in [0, --high))")
     p.add_argument("--high", type=int, default=10, help="upper bound (exclusive) of integer inputs (default 10)")
@@ -54,7 +58,8 @@ def dtype(name: str):
 
 
 def build(spec: str):
-    """The model MODULE:FACTORY() returns, or a CommandError that says what to fix."""
+    """(model, batch) from what MODULE:FACTORY() returns (batch None for a model alone), or a CommandError that
+    says what to fix."""
     import torch
 
     module_name, _, attr = spec.partition(":")
@@ -71,17 +76,28 @@ def build(spec: str):
         raise CommandError(f"{module_name} has no function {attr!r}" + (" (it is not callable)" if hasattr(
             module, attr) else "") + "; name a function of no arguments that returns your model")
     try:
-        model = factory()
+        made = factory()
     except Exception as error:  # noqa: BLE001 - the learner's factory: say what it raised
         raise CommandError(f"{spec}() raised {type(error).__name__}: {error}") from error
+    model, batch = made if isinstance(made, tuple) and len(made) == 2 else (made, None)
     if not isinstance(model, torch.nn.Module):
-        raise CommandError(f"{spec}() returned {type(model).__name__}, not a torch.nn.Module; return the model")
-    return model
+        raise CommandError(f"{spec}() returned {type(made).__name__}, not a torch.nn.Module nor (model, batch); "
+                           "return the model, or the model and a batch such as (model, {'input_ids': ids})")
+    return model, batch
 
 
-def _inputs(args):
+def _inputs(args, batch, spec: str):
+    """The batch the factory returned, or random inputs of the --input shapes: exactly one of them."""
     import torch
 
+    if batch is not None:
+        if args.input:
+            raise CommandError(f"{spec}() returned a batch with the model, and --input gave shapes too: drop --input "
+                               "(or return the model alone)")
+        return batch
+    if not args.input:
+        raise CommandError(f"{spec}() returned the model alone: give its inputs' shapes with --input, such as "
+                           "--input 2x3x64x64, or return (model, batch) from the factory")
     kind = dtype(args.dtype)
     shapes = [shape(s) for s in args.input]
     if kind.is_floating_point:
@@ -99,6 +115,15 @@ def _target(args, batch: int):
     return torch.randn(shape(args.target, "--target"))
 
 
+def _batch_size(inputs) -> int:
+    """The first dimension of the batch's first tensor (1 when it has none), as diagnose takes the batch."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    first = next((t for t in tree_flatten(inputs)[0] if isinstance(t, torch.Tensor)), None)
+    return first.shape[0] if first is not None and first.dim() else 1
+
+
 def main(args) -> int:
     import torch
 
@@ -106,15 +131,19 @@ def main(args) -> int:
 
     try:
         torch.manual_seed(args.seed)
-        model = build(args.factory)
-        inputs = _inputs(args)
-        target = _target(args, inputs[0].shape[0] if inputs[0].dim() else 1)
+        model, batch = build(args.factory)
+        inputs = _inputs(args, batch, args.factory)
+        target = _target(args, _batch_size(inputs))
     except CommandError as error:
         print(f"diagnose: {error}", file=sys.stderr)
         return 2
     if args.eval:
         model.eval()
-    d = diagnose.run(model, inputs, target=target)
+    try:
+        d = diagnose.run(model, inputs, target=target)
+    except (TypeError, ValueError) as error:     # run's checks, before any step: the model or batch it cannot take
+        print(f"diagnose: what {args.factory}() returned cannot be diagnosed: {error}", file=sys.stderr)
+        return 2
     print(d.summary(args.top))
     try:
         d.save_html(args.out)
