@@ -22,7 +22,7 @@ PINNED = "2.14.1"
 # History is cited by a pinned PyTorch page: a PR, an issue, a commit, a release's notes or a tagged tree.
 PYTORCH_URL = re.compile(r"^https://github\.com/pytorch/(pytorch|vision)/"
                          r"(pull/\d+|issues/\d+|commit/[0-9a-f]{40}|releases/tag/v[\d.]+|tree/v[\d.]+(#[\w-]+)?)$")
-CITATION = re.compile(r"^(?P<path>torch/\S+\.py):(?P<line>\d+) (?P<symbol>.+)$")
+CITATION = re.compile(r"^(?P<path>torch/\S+\.pyi?):(?P<line>\d+) (?P<symbol>.+)$")
 ABSENT = re.compile(r'^absent "(?P<text>.+)"$')
 
 
