@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["VERSIONS", "NotApplicable", "Row", "ROWS", "row", "verdict", "needs", "in_torch", "run_row", "run_all",
+__all__ = ["VERSIONS", "NotApplicable", "Row", "ROWS", "row", "verdict", "parts", "needs", "in_torch", "run_row", "run_all",
            "SECTIONS"]
 
 # The releases the index shows: the article's 2.1, the series' pin, the two before it and the next one.
@@ -66,6 +66,11 @@ def row(section: str, claim: str, where: str, source: str, changed: str = "", fi
 def verdict(holds: bool) -> str:
     """The claim's verdict from one decisive check."""
     return "true" if holds else "false"
+
+
+def parts(*holds: bool) -> str:
+    """The verdict of a claim made of several parts, from whether each holds: all, some or none."""
+    return "true" if all(holds) else "partly true" if any(holds) else "false"
 
 
 def needs(condition: bool, reason: str) -> None:
