@@ -7,9 +7,9 @@ returns the claim's verdict on this torch, "true", "false" or "partly true", or 
 the reason it cannot decide here (it needs CUDA, an API this torch does not have yet, or it is history).
 
 Each row also names where the series proves it (a notebook section), the source that decides it
-(`torch/...py:LINE symbol`, or a `.pyi` stub for what is written in C++, checked against the installed torch by the tests; `absent "text"`, a message no
-Python file of torch holds; or a pinned PyTorch URL), and, when its verdict differs between releases, the
-release and the PR or release note that changed it.
+(`torch/...py:LINE symbol`, or a `.pyi` stub's line for what is written in C++, checked against the installed
+torch by the tests; `absent "text"`, a message no Python file of torch holds; or a pinned PyTorch URL), and,
+when its verdict differs between releases, the release and the PR or release note that changed it.
 
     python -m claims.probes --out claims/torch-2.14.1.md     # run every probe here (make claims does it)
     python -m claims.probes --index notebooks/README.md      # write the myth index from the rows and reports

@@ -42,11 +42,14 @@ CLAIMS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("core_block_kaiming_on_gpu", "a_is_relu_slope", "branch_on_is_cuda")),
     ("2.2", "CPU上用标准正态分布兜底", ("standard_normal_fallback",)),
     ("2.2", "self.reset_parameters() # 显式调用，避免延迟初始化", ("explicit_reset_avoids_delay",)),
-    ("2.2", "torch.compile会对reset_parameters进行图优化，如果其中包含条件分支（如if param.is_cuda:），可能触发DynamoBackendError",
+    ("2.2", "torch.compile会对reset_parameters进行图优化，如果其中包含条件分支（如if param.is_cuda:），"
+            "可能触发DynamoBackendError",
      ("compile_optimises_reset_parameters",)),
     ("2.2", "生产环境建议用torch.cuda.is_available()替代param.is_cuda", ("use_is_available",)),
-    ("2.3", "它们的差异直接影响torch.compile的图优化效果", ("no_grad_and_set_grad_enabled_differ", "modes_differ_under_compile")),
-    ("2.3", "torch.no_grad()：全局禁用梯度计算，所有requires_grad=True的张量在此上下文中都会被标记为requires_grad=False",
+    ("2.3", "它们的差异直接影响torch.compile的图优化效果",
+     ("no_grad_and_set_grad_enabled_differ", "modes_differ_under_compile")),
+    ("2.3", "torch.no_grad()：全局禁用梯度计算，所有requires_grad=True的张量在此上下文中都会被标记为"
+            "requires_grad=False",
      ("no_grad_global", "no_grad_marks_tensors")),
     ("2.3", "但它不改变现有计算图结构，只是阻止新节点添加", ("no_grad_keeps_graph",)),
     ("2.3", "其内部维护一个全局计数器", ("set_grad_enabled_counter",)),
