@@ -7,9 +7,9 @@ returns the claim's verdict on this torch, "true", "false" or "partly true", or 
 the reason it cannot decide here (it needs CUDA, an API this torch does not have yet, or it is history).
 
 Each row also names where the series proves it (a notebook section), the source that decides it
-(`torch/...py:LINE symbol`, checked against the installed torch by the tests; `absent "text"`, a message no
-Python file of torch holds; or a pinned PyTorch URL), and, when its verdict differs between releases, the
-release and the PR or release note that changed it.
+(`torch/...py:LINE symbol`, or a `.pyi` stub's line for what is written in C++, checked against the installed
+torch by the tests; `absent "text"`, a message no Python file of torch holds; or a pinned PyTorch URL), and,
+when its verdict differs between releases, the release and the PR or release note that changed it.
 
     python -m claims.probes --out claims/torch-2.14.1.md     # run every probe here (make claims does it)
     python -m claims.probes --index notebooks/README.md      # write the myth index from the rows and reports
@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["VERSIONS", "NotApplicable", "Row", "ROWS", "row", "verdict", "needs", "in_torch", "run_row", "run_all",
+__all__ = ["VERSIONS", "NotApplicable", "Row", "ROWS", "row", "verdict", "parts", "needs", "in_torch", "run_row", "run_all",
            "SECTIONS"]
 
 # The releases the index shows: the article's 2.1, the series' pin, the two before it and the next one.
@@ -66,6 +66,11 @@ def row(section: str, claim: str, where: str, source: str, changed: str = "", fi
 def verdict(holds: bool) -> str:
     """The claim's verdict from one decisive check."""
     return "true" if holds else "false"
+
+
+def parts(*holds: bool) -> str:
+    """The verdict of a claim made of several parts, from whether each holds: all, some or none."""
+    return "true" if all(holds) else "partly true" if any(holds) else "false"
 
 
 def needs(condition: bool, reason: str) -> None:

@@ -86,16 +86,28 @@ def state_dict_recompiles():
 
 
 @row("5.1", "After a driver upgrade the compiled cache raises \"CUDA driver version is insufficient\"; clear the cache",
-     where="—", source="torch/version.py:6 cuda")
+     where="—", source='torch/_inductor/codecache.py:344 version_info["cuda"] = torch.version.cuda')
 def driver_insufficient():
     root = Path(torch.__file__).parent.parent / "nvidia"
     libraries = sorted(glob.glob(str(root / "**" / "libcudart.so.*"), recursive=True))
     needs(bool(libraries), "no CUDA runtime library in this environment")
     cudart = ctypes.CDLL(libraries[0])
-    cudart.cudaGetErrorString.restype = ctypes.c_char_p
-    text = cudart.cudaGetErrorString(35).decode()          # cudaErrorInsufficientDriver
-    # the message says the driver is older than the runtime: an upgrade cannot cause it, a cache cannot fix it
-    return verdict("driver version is insufficient" not in text)
+    driver, runtime, devices = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    cudart.cudaDriverGetVersion(ctypes.byref(driver))          # 0 when no driver is installed
+    cudart.cudaRuntimeGetVersion(ctypes.byref(runtime))
+    error = cudart.cudaGetDeviceCount(ctypes.byref(devices))    # CUDA's own start-up: no compiled code, no cache
+    needs(error == _INSUFFICIENT_DRIVER, f"this driver ({driver.value}) is not older than the runtime "
+          f"({runtime.value}): the message cannot be produced here")
+    return _driver_verdict(driver.value, runtime.value)
+
+
+_INSUFFICIENT_DRIVER = 35        # cudaErrorInsufficientDriver: "CUDA driver version is insufficient for CUDA runtime"
+
+
+def _driver_verdict(driver: int, runtime: int) -> str:
+    """The message came from CUDA's start-up, which reads no compiled cache: clearing one cannot fix it. Its cause is
+    a driver older than the runtime (a downgrade, or no driver), unless the driver is as new as the runtime."""
+    return "partly true" if driver >= runtime else "false"
 
 
 def _fresh_library(name: str):
@@ -198,7 +210,7 @@ def _profile(fn, **options):
 
 
 @row("5.3", "The profiler has a `ProfilerActivity.COMPILE`", where="09 1. What the profiler can record",
-     source="torch/profiler/__init__.py:16 ProfilerActivity")
+     source="torch/_C/_profiler.pyi:40 class ProfilerActivity(Enum):")
 def activity_compile():
     return verdict(hasattr(torch.profiler.ProfilerActivity, "COMPILE"))
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from claims.probes import in_torch, row, verdict
+from claims.probes import in_torch, parts, row, verdict
 
 
 def _graphs(fn, *calls) -> int:
@@ -306,7 +306,7 @@ def compile_optimises_reset_parameters():
     branch = torch.compile(lambda w: w * 2 if w.is_cuda else w * 0.01, fullgraph=True, backend="eager")
     branch_ok = torch.equal(branch(torch.ones(2)), torch.ones(2) * 0.01)
     torch._dynamo.reset()
-    return verdict(compiled_it or not branch_ok or in_torch("DynamoBackendError"))
+    return parts(compiled_it, not branch_ok or in_torch("DynamoBackendError"))
 
 
 @row("2.2", "A block calls `reset_parameters()` itself to avoid delayed initialisation", where="03 3. Initialisation",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from claims.probes import NotApplicable, row, verdict
+from claims.probes import NotApplicable, parts, row, verdict
 
 RELEASE_NOTES = "https://github.com/pytorch/pytorch/releases/tag/v2.0.0"
 
@@ -34,7 +34,9 @@ def old_code_fails():
 def linear_allocates_grads_and_hooks():
     layer = nn.Linear(784, 128)
     hooks = [d for name, d in vars(layer).items() if name.endswith("hooks") and isinstance(d, dict) and d]
-    return verdict(layer.weight.grad is not None or bool(hooks))
+    # a binding would be device state the module keeps; its tensors merely sit on the default device, as any tensor
+    bound = any(isinstance(v, (torch.device, str)) and str(v) in ("cpu", "cuda") for v in vars(layer).values())
+    return parts(bound, layer.weight.grad is not None, bool(hooks))
 
 
 @row("1", "`loss.backward()` is, in essence, a traversal of the graph's AccumulateGrad nodes, accumulating gradients",

@@ -67,6 +67,28 @@ def fix_requires_grad_false():
     return verdict(torch.tensor([1.0, 0.0, 1.0]).requires_grad)
 
 
+@row("4.1", "Fix 2: register the mask with `self.register_buffer('mask', ...)`", where="03 2. Registration",
+     source="torch/nn/modules/module.py:1036 self._buffers[key] = fn(buf)")
+def fix_register_buffer():
+    class Buffered(_Masked):
+        def __init__(self):
+            super().__init__()
+            del self.mask
+            self.register_buffer("mask", torch.tensor([1.0, 0.0, 1.0]))
+    moved = Buffered().to("meta")
+    return _buffer_fix_verdict(buffer_compiles=_compiles(Buffered(), torch.rand(4, 3)),
+                               buffer_moves=moved.mask.is_meta and "mask" in moved.state_dict(),
+                               plain_compiles=_compiles(_Masked(), torch.rand(4, 3)))
+
+
+def _buffer_fix_verdict(buffer_compiles: bool, buffer_moves: bool, plain_compiles: bool) -> str:
+    """A fix of the compile error (the plain mask fails, the buffer compiles) and the right home for a mask; or only
+    the right home, when the plain mask compiled anyway."""
+    if not (buffer_compiles and buffer_moves):
+        return "false"
+    return "partly true" if plain_compiles else "true"
+
+
 @row("4.1", "Buffers are not in `parameters()` and move with `.to(device)`", where="03 2. Registration",
      source="torch/nn/modules/module.py:528 def register_buffer")
 def buffers_move():
@@ -178,7 +200,7 @@ def dict_batch_unsupported():
 
 
 @row("4.2", "Timing the compiled model with a `time.time()` loop measures its speedup", where="—",
-     source="torch/utils/benchmark/utils/timer.py:19 torch.accelerator.synchronize()", fixed="not checkable")
+     source="torch/utils/benchmark/utils/timer.py:19 torch.accelerator.synchronize()", fixed="false")
 def time_time_loop():
     raise NotApplicable("needs CUDA: there the loop, without a synchronize, times kernel launches")
 
@@ -373,7 +395,7 @@ def reserved_by_driver():
 
 
 @row("4.4", "GPU memory grew because `transforms.Resize` makes `torch.Size` objects that the compile cache holds",
-     where="08 6. The CUDA tools", source="torch/nn/functional.py:5003 def interpolate(")
+     where="08 6. The CUDA tools", source="torch/_C/__init__.pyi:183 class Size(tuple[_int, ...]):")
 def resize_sizes_leak():
     try:
         from torchvision import transforms
