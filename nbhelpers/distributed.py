@@ -134,7 +134,8 @@ def _collect(processes, channel, results, deadline, timeout_s) -> None:
             if time.monotonic() > deadline:
                 missing = sorted(set(range(len(processes))) - set(results))
                 raise LaunchTimeout(f"ranks {missing} did not finish within {timeout_s} s; all processes were "
-                                    f"stopped (a collective that one rank never joins waits forever)") from None
+                                    "stopped (a collective that one rank never joins waits until the process "
+                                    "group's timeout)") from None
             continue
         if not ok:
             message, remote = payload
