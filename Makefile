@@ -28,7 +28,7 @@ LAB_FLAGS := --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.port_
 	--LabApp.extension_manager=readonly $(ROOT_FLAG) \
 	--ServerApp.contents_manager_class=nbhelpers._tools.lab_contents.ViewKeepingContentsManager
 
-.PHONY: setup lab test matrix coverage execute html doctor claims index trace clean
+.PHONY: setup lab test durations matrix coverage execute html doctor claims index trace clean
 setup: $(STAMP)
 
 # Each phase says what it does and when (seconds since the set-up began). pip runs without -q, so that a
@@ -74,6 +74,11 @@ lab: $(STAMP) $(LAB_OVERRIDES)
 test: $(STAMP)
 	$(VENV)/bin/ruff check nbhelpers tests conftest.py claims
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Where the suite's time goes: make test's pytest run with tests/durations.py, its table in tests/durations.md
+# (by notebook, by test file, fixed waits, who executes each notebook how often).
+durations: $(STAMP)
+	$(PY) -m pytest -p tests.durations --durations-table tests/durations.md $(PYTEST_ARGS)
 
 # The whole suite on every Python 3.10-3.13 this machine has, each in .venv-matrix/<version>; the table is
 # printed and written to matrix/README.md. PYTHONS="python3.10 /usr/bin/python3.11" names them instead;

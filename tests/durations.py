@@ -1,0 +1,167 @@
+"""Where the suite's time goes: a pytest plugin that writes a table of one run (`make durations`).
+
+Loaded with `-p tests.durations --durations-table PATH`. It records each test's wall time (set-up, call and
+tear-down, as pytest reports them), groups the times by notebook (nbval's cells, one kernel per notebook) and by
+test file, marks the browser tests, and counts two things a faster suite would remove:
+
+- **waiting**: seconds spent in `time.sleep` and in Playwright's `Page.wait_for_timeout` in the pytest process
+  (fixed waits, not readiness signals such as `wait_for` / `wait_for_function`, which end when the thing is ready);
+- **notebook executions**: who runs each notebook's cells, and how often: nbval (one per notebook file), nbclient
+  in the pytest process (`NotebookClient.execute`, as `execute_notebook` and the site tests use it), and Run All
+  in JupyterLab (tests/test_lab.py's `open_and_run_all`).
+
+Kernels, JupyterLab and DDP ranks are other processes: their own sleeps are inside the wall time of the test
+that waits for them, not in the waiting column.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from nbhelpers.atomic import write_atomic
+
+
+@dataclass
+class Run:
+    seconds: dict[str, float] = field(default_factory=dict)                 # nodeid -> wall s
+    waiting: collections.Counter = field(default_factory=collections.Counter)   # nodeid -> s in fixed waits
+    browser: set[str] = field(default_factory=set)
+    executions: collections.Counter = field(default_factory=collections.Counter)  # (notebook, who) -> runs
+    current: str = ""
+
+
+_RUN = Run()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--durations-table", default=None, help="write where the time went to this markdown file")
+
+
+def _count_waits(run: Run) -> None:
+    real_sleep = time.sleep
+
+    def sleep(seconds):
+        run.waiting[run.current] += max(0.0, float(seconds))
+        return real_sleep(seconds)
+
+    time.sleep = sleep
+    try:
+        from playwright.sync_api._generated import Page
+    except ImportError:
+        return
+    real_wait = Page.wait_for_timeout
+
+    def wait_for_timeout(self, timeout):
+        run.waiting[run.current] += timeout / 1000
+        return real_wait(self, timeout)
+
+    Page.wait_for_timeout = wait_for_timeout
+
+
+def _count_executions(run: Run) -> None:
+    from nbclient import NotebookClient
+
+    real_execute = NotebookClient.execute
+
+    def execute(self, *args, **kwargs):
+        run.executions[(_title(self.nb), "nbclient in the pytest process")] += 1
+        return real_execute(self, *args, **kwargs)
+
+    NotebookClient.execute = execute
+
+
+def _title(nb) -> str:
+    """The notebook's `# ` heading (nbclient does not know its file), or what a test made up."""
+    first = nb.cells[0] if nb.cells else None
+    if first is not None and first.cell_type == "markdown" and first.source.startswith("# "):
+        return first.source.splitlines()[0][2:]
+    return "(a notebook a test writes)"
+
+
+def pytest_configure(config):
+    if config.getoption("--durations-table"):
+        _count_waits(_RUN)
+        _count_executions(_RUN)
+
+
+def pytest_collection_finish(session):
+    """After deselection: what runs."""
+    if not session.config.getoption("--durations-table"):
+        return
+    items = session.items
+    for item in items:
+        if item.get_closest_marker("browser"):
+            _RUN.browser.add(item.nodeid)
+    notebooks = {str(item.path.name) for item in items if item.path.suffix == ".ipynb"}
+    for name in notebooks:
+        _RUN.executions[(name, "nbval")] += 1
+    lab = next((item.module for item in items if item.path.name == "test_lab.py" and hasattr(item, "module")), None)
+    if lab is not None and hasattr(lab, "open_and_run_all"):
+        real = lab.open_and_run_all
+
+        def open_and_run_all(page, lab_info, notebook):
+            _RUN.executions[(notebook, "Run All in JupyterLab")] += 1
+            return real(page, lab_info, notebook)
+
+        lab.open_and_run_all = open_and_run_all
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _RUN.current = item.nodeid
+    yield
+    _RUN.current = ""
+
+
+def pytest_runtest_logreport(report):
+    _RUN.seconds[report.nodeid] = _RUN.seconds.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionstart(session):
+    session.config._durations_started = time.monotonic()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    path = session.config.getoption("--durations-table")
+    if path:
+        wall = time.monotonic() - session.config._durations_started
+        write_atomic(Path(path), table(_RUN, wall, os.cpu_count() or 0).encode())
+
+
+def _group(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
+def table(run: Run, wall_s: float, cores: int) -> str:
+    """The markdown report of `run`: totals, then notebooks, test files, waits and executions, slowest first."""
+    by_file, counts, waits = collections.Counter(), collections.Counter(), collections.Counter()
+    for nodeid, seconds in run.seconds.items():
+        by_file[_group(nodeid)] += seconds
+        counts[_group(nodeid)] += 1
+    for nodeid, seconds in run.waiting.items():
+        waits[_group(nodeid) if nodeid else "(between tests)"] += seconds
+    browser = sum(run.seconds.get(n, 0.0) for n in run.browser)
+    notebooks = {k: v for k, v in by_file.items() if k.endswith(".ipynb")}
+    lines = [
+        "# Where the suite's time goes", "",
+        f"One `make durations` run on {cores} cores. Wall time of the pytest session: {wall_s:,.0f} s; "
+        f"{len(run.seconds):,} tests; notebooks under nbval {sum(notebooks.values()):,.0f} s; browser tests "
+        f"{browser:,.0f} s; fixed waits (sleeps, `wait_for_timeout`) {sum(waits.values()):,.0f} s.", "",
+        "## By notebook (nbval: one kernel, every cell)", "", "| notebook | s | items |", "|---|---:|---:|"]
+    lines += [f"| `{k}` | {v:,.1f} | {counts[k]} |" for k, v in sorted(notebooks.items(), key=lambda kv: -kv[1])]
+    lines += ["", "## By test file", "", "| file | s | tests | of them browser |", "|---|---:|---:|---:|"]
+    for name, seconds in by_file.most_common():
+        if name.endswith(".ipynb"):
+            continue
+        in_browser = sum(1 for n in run.browser if _group(n) == name)
+        lines.append(f"| `{name}` | {seconds:,.1f} | {counts[name]} | {in_browser or ''} |")
+    lines += ["", "## Fixed waits", "", "| where | s |", "|---|---:|"]
+    lines += [f"| `{k}` | {v:,.1f} |" for k, v in waits.most_common() if v >= 0.05]
+    lines += ["", "## Who executes a notebook, and how often", "", "| notebook | who | runs |", "|---|---|---:|"]
+    lines += [f"| `{nb}` | {who} | {n} |" for (nb, who), n in sorted(run.executions.items())]
+    return "\n".join(lines) + "\n"
