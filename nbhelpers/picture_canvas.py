@@ -66,12 +66,15 @@ class Label:
         return b.x <= self.left and self.right <= b.x + b.w and b.y <= self.top and self.bottom <= b.y + b.h
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Picture:
     """An SVG a notebook shows (`_repr_svg_`), and the labels on it, for tests and asserts."""
 
     svg: str
     labels: tuple[Label, ...]
+
+    def __repr__(self) -> str:     # the text/plain beside the SVG: short, and the same on every run
+        return f"Picture: SVG with {len(self.labels)} labels"
 
     def _repr_svg_(self) -> str:
         return self.svg
