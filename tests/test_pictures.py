@@ -1,0 +1,104 @@
+"""pictures and picture_canvas: the fields decode to torch's own values, the SVG is escaped, legible and the
+same on every run, and it has colours for dark mode."""
+import math
+import xml.etree.ElementTree as ET
+
+import pytest
+import torch
+from torch import nn
+
+from nbhelpers import models, pictures
+from nbhelpers.picture_canvas import MIN_TEXT_PX, Canvas
+
+FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+VALUES = (0.1, -1e-5, 1.0, -2.5, 3e-8, 1e-40, 0.0, -0.0, 65504.0, 1e5, math.inf, -math.inf)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("value", VALUES)
+def test_the_fields_decode_to_what_torch_stores(value, dtype):
+    bits = pictures.float_bits(value, dtype)
+    held = torch.tensor([value], dtype=dtype).item()
+    assert bits.decoded() == held and math.copysign(1, bits.decoded()) == math.copysign(1, held)
+    assert len(bits.bits) == 1 + bits.exponent_bits + bits.mantissa_bits == torch.finfo(dtype).bits
+
+
+def test_nan_decodes_to_nan():
+    assert math.isnan(pictures.float_bits(math.nan, torch.float16).decoded())
+
+
+def test_field_widths_are_the_formats():
+    widths = {d: (b.exponent_bits, b.mantissa_bits) for d in FLOATS for b in [pictures.float_bits(1.0, d)]}
+    assert widths == {torch.float32: (8, 23), torch.bfloat16: (8, 7), torch.float16: (5, 10),
+                      torch.float64: (11, 52)}
+
+
+def test_the_bits_are_the_tensors_memory():
+    bits = pictures.float_bits(-2.0, torch.float32)
+    assert bits.bits == "1" + "10000000" + "0" * 23      # -1 * 2**(128-127) * 1.0
+
+
+def test_bad_arguments_name_themselves():
+    with pytest.raises(TypeError, match="value"):
+        pictures.float_bits("0.1", torch.float32)
+    with pytest.raises(ValueError, match="dtype"):
+        pictures.float_bits(0.1, torch.int32)
+    with pytest.raises(TypeError, match="rows"):
+        pictures.draw_float_bits([])
+    with pytest.raises(TypeError, match="model"):
+        pictures.module_parts("model")
+
+
+def _all_pictures():
+    rows = [pictures.float_bits(-1e-5, d) for d in FLOATS[:3]]
+    model = models.mlp()
+    return [pictures.draw_float_bits(rows), pictures.draw_parts(pictures.module_parts(model, torch.rand(2, 1, 28, 28)))]
+
+
+def test_the_svg_parses_and_is_the_same_on_every_run():
+    first, second = _all_pictures(), _all_pictures()
+    assert [p.svg for p in first] == [p.svg for p in second]
+    for p in first:
+        root = ET.fromstring(p.svg)
+        assert root.tag.endswith("svg") and " id=" not in p.svg    # no ids: two pictures on a page never clash
+
+
+def test_every_label_is_legible_and_inside_its_box():
+    for p in _all_pictures():
+        assert p.labels and all(label.size >= MIN_TEXT_PX and label.inside() for label in p.labels)
+
+
+def test_dark_mode_switches_the_background_with_the_text():
+    svg = _all_pictures()[0].svg
+    dark = svg[svg.index("@media (prefers-color-scheme: dark)"):]
+    assert "svg.pic text{fill:#eee}" in dark and "svg.pic .pic-bg{fill:#1e1e1e}" in dark
+
+
+class Evil(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.add_module("<b>&x", nn.Linear(2, 2))
+
+
+def test_names_from_user_code_are_escaped():
+    svg = pictures.draw_parts(pictures.module_parts(Evil())).svg
+    assert "&lt;b&gt;&amp;x" in svg and "<b>" not in svg
+    ET.fromstring(svg)
+
+
+def test_a_long_name_is_cut_to_fit_its_box():
+    canvas = Canvas(100, 40)
+    label = canvas.text("a_very_long_parameter_name_indeed", canvas.box(0, 0, 100, 40), size=12)
+    assert label.text.endswith("…") and label.inside()
+    with pytest.raises(ValueError, match="size"):
+        canvas.text("tiny", canvas.area(0, 0, 100, 40), size=8)
+
+
+def test_module_parts_reads_the_live_model_and_removes_its_hooks():
+    model = models.mlp()
+    parts = pictures.module_parts(model, torch.rand(3, 1, 28, 28))
+    assert [(p.name, p.kind) for p in parts] == [(n, type(c).__name__) for n, c in model.named_children()]
+    assert sum(p.parameters for p in parts) == sum(p.numel() for p in model.parameters())
+    assert parts[0].shape_in == (3, 1, 28, 28) and parts[0].shape_out == parts[1].shape_in == (3, 784)
+    assert parts[2].shape_in is None                      # forward returns logits; the adapter is not called
+    assert all(not m._forward_hooks for m in model.modules())
