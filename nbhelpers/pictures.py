@@ -20,7 +20,8 @@ import torch
 from nbhelpers import arguments
 from nbhelpers.picture_canvas import Canvas, Picture, width_of
 
-__all__ = ["FloatBits", "float_bits", "draw_float_bits", "Part", "module_parts", "draw_parts"]
+# Part, module_parts and draw_parts (the sandwich picture) become public when notebook 03 shows them.
+__all__ = ["FloatBits", "float_bits", "draw_float_bits"]
 
 _INT_OF = {8: torch.int8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
 _FIELD_FILL = {"sign": "break", "exponent": "op", "mantissa": "leaf"}
