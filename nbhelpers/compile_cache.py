@@ -1,6 +1,7 @@
 """What inductor's on-disk cache saves: where it lives, and the first call of one compile in two fresh
 processes that share one new cache directory, the first finding it empty (cold) and the second reusing
-what the first wrote (warm). Each process is a subprocess with a timeout, so nothing is left running.
+what the first wrote (warm). Each process is a subprocess with a timeout, so nothing is left running;
+while they compile, a notebook shows one line saying which (nbhelpers.progress).
 
 Example:
     timing = compile_cache.time_cold_and_warm()
@@ -8,6 +9,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from nbhelpers import progress
 
 __all__ = ["cache_dir", "CacheTiming", "time_cold_and_warm"]
 
@@ -46,20 +50,32 @@ def time_cold_and_warm(timeout_s: float = 300.0) -> CacheTiming:
     cache directory: the first process finds nothing (cold), the second reuses what the first wrote."""
     with tempfile.TemporaryDirectory(prefix="inductor-cache-") as tmp:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tmp)
-        runs = [_run_probe(env, timeout_s) for _ in range(2)]
+        with progress.line("compile_cache: a fresh process compiles") as shown:
+            runs = [_run_probe(env, timeout_s, functools.partial(shown.update, which))
+                    for which in ("cold cache (1/2)", "warm cache (2/2)")]
     return CacheTiming(runs[0]["first_call_s"], runs[1]["first_call_s"], runs[0]["inductor"],
                        runs[1]["inductor"])
 
 
-def _run_probe(env: dict, timeout_s: float) -> dict:
+def _run_probe(env: dict, timeout_s: float, waiting=lambda: None) -> dict:
+    """The probe in a fresh process; `waiting()` is called about once a second until it ends."""
     command = [sys.executable, "-c", "from nbhelpers.compile_cache import _cache_probe; _cache_probe()"]
-    try:
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as e:  # run() has killed the child already
-        raise RuntimeError(f"the cache probe took over {timeout_s} s; raise timeout_s on a slow machine") from e
-    if done.returncode != 0:
-        raise RuntimeError(f"the cache probe failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    deadline = time.monotonic() + timeout_s
+    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        while True:
+            waiting()
+            try:                                 # a retried communicate loses no output (subprocess docs)
+                stdout, stderr = proc.communicate(timeout=min(1.0, max(deadline - time.monotonic(), 0.01)))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    proc.kill()
+                    proc.communicate()
+                    raise RuntimeError(f"the cache probe took over {timeout_s} s; raise timeout_s on a slow "
+                                       "machine") from None
+    if proc.returncode != 0:
+        raise RuntimeError(f"the cache probe failed (exit {proc.returncode}):\n{stderr[-2000:]}")
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def _cache_probe() -> None:

@@ -4,7 +4,8 @@ point that trains the sandwich with DDP is `nbhelpers.ddp_train`.)
 
 `launch` starts fresh interpreters (spawn), rendezvous through a file in a temporary directory (no port
 to race for), returns what each rank's worker returned, re-raises a worker's exception with its rank
-and traceback, and always leaves no child process behind.
+and traceback, and always leaves no child process behind. While it waits, a notebook shows one line
+saying so (nbhelpers.progress; a copy of this file without the package shows none).
 
 The backend follows where the workers' tensors live, not what the machine has: gloo for CPU tensors (the
 default), NCCL for `device="cuda"`, where each rank works on its own GPU (NCCL moves only GPU memory, and
@@ -16,6 +17,7 @@ Example:
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import multiprocessing
 import pickle
@@ -67,7 +69,9 @@ def launch(worker: Callable, world_size: int, *args, device: torch.device | str 
         try:
             for p in processes:
                 p.start()
-            _collect(processes, channel, results, time.monotonic() + timeout_s, timeout_s)
+            with _waiting_line(f"launch {getattr(worker, '__name__', 'worker')}: {world_size} ranks over "
+                               f"{backend}") as shown:
+                _collect(processes, channel, results, time.monotonic() + timeout_s, timeout_s, shown)
         finally:
             _stop(processes)
             channel.close()
@@ -125,8 +129,18 @@ def _check_importable(worker) -> None:
             f"then `from my_workers import {name or 'worker'}`)")
 
 
-def _collect(processes, channel, results, deadline, timeout_s) -> None:
+def _waiting_line(label: str):
+    try:
+        from nbhelpers import progress
+    except ImportError:    # this file copied into another project
+        return contextlib.nullcontext()
+    return progress.line(label)
+
+
+def _collect(processes, channel, results, deadline, timeout_s, shown=None) -> None:
     while len(results) < len(processes):
+        if shown is not None:
+            shown.update(f"{len(results)}/{len(processes)} ranks done")
         try:
             rank, ok, payload = channel.get(timeout=0.2)
         except queue_module.Empty:

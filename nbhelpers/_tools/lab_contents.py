@@ -8,6 +8,7 @@ merely opened (widget_state's docstring says why in full). This manager, the ser
   the live ones from JupyterLab, the others from the file being replaced, none that no output shows;
 - a notebook whose views have no state left (saved by another Jupyter) opens with their stored pictures
   (`widget_state.fall_back_to_pictures`) instead of "Error displaying widget: model not found".
+A save also drops the empty outputs that ended progress lines leave (`progress.empty_outputs_dropped`).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import os
 
 from jupyter_server.services.contents.largefilemanager import AsyncLargeFileManager
 
+from nbhelpers import progress
 from nbhelpers._tools import widget_state
 
 __all__ = ["ViewKeepingContentsManager", "keep_displayed_widget_state"]
@@ -30,6 +32,7 @@ def keep_displayed_widget_state(model: dict, path: str, contents_manager, **kwar
     if os.path.isfile(os_path):
         with open(os_path, encoding="utf-8") as f:
             replaced = json.load(f)
+    progress.empty_outputs_dropped(model["content"])
     counts = widget_state.keep_displayed(model["content"], replaced)
     contents_manager.log.info("%s: widget state of its views: %s", path, counts)
 

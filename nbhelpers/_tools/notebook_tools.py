@@ -11,6 +11,7 @@ import re
 import shutil
 from pathlib import Path
 
+from nbhelpers import progress
 from nbhelpers._tools import site_pages, widget_state
 from nbhelpers.atomic import write_atomic
 
@@ -79,8 +80,10 @@ def sanitize_outputs(nb) -> None:
     """Apply the sanitize file to `nb`'s stored outputs, in place.
 
     strict nbval sanitizes both sides before comparing, so this changes no verdict; it keeps
-    temporary paths, kernel pids and addresses of this run out of what a reader sees.
+    temporary paths, kernel pids and addresses of this run out of what a reader sees. The empty outputs
+    that ended progress lines leave are dropped (nbval compares nothing of them either).
     """
+    progress.empty_outputs_dropped(nb)
     rules = sanitize_rules(stored=True)
 
     def clean(text: str) -> str:

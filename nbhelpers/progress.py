@@ -1,0 +1,103 @@
+"""One line that says what a long cell is doing while it runs, and leaves nothing behind when it ends.
+
+In a Jupyter kernel, `line` opens an empty output with a display id (IPython's `display(display_id=True)`),
+rewrites it in place with `update_display_data` messages while the block runs, and empties it again when the
+block ends, however it ends. What each reader keeps of that output, and why it is nothing:
+- JupyterLab and nbclient (`make execute`) apply an update to the output that carries its display id, so
+  what is left is an output with an empty bundle: nothing is drawn, and `make execute` and `make lab`'s
+  contents manager drop it before writing (`empty_outputs_dropped`).
+- nbval skips `update_display_data` and compares each output's mime keys only: an empty bundle has none.
+Outside a kernel (plain Python, pytest, a terminal IPython) `line` shows nothing and prints nothing.
+
+Example:
+    with progress.line("fit") as shown:
+        for epoch in range(1, epochs + 1):
+            shown.update(f"epoch {epoch}/{epochs}")
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+__all__ = ["Line", "line", "in_kernel", "empty_outputs_dropped"]
+
+MIN_INTERVAL_S = 0.5   # a redraw of the line at most this often: each is a message to every front end
+
+
+class Line:
+    """The live line of a `line` block: `update(text)` shows "label: text (N s)" in place of the last."""
+
+    def __init__(self, label: str, handle=None, clock=time.monotonic):
+        self.label, self._handle, self._clock = label, handle, clock
+        self._start = clock()
+        self._shown_at: float | None = None
+
+    @property
+    def live(self) -> bool:
+        """True when the line is drawn by a front end (in a kernel), False where updates do nothing."""
+        return self._handle is not None
+
+    def text(self, detail: str = "") -> str:
+        seconds = self._clock() - self._start
+        return f"{self.label}: {detail} ({seconds:.0f} s)" if detail else f"{self.label} ({seconds:.0f} s)"
+
+    def update(self, detail: str = "", force: bool = False) -> None:
+        """Redraw the line with `detail`; at most every MIN_INTERVAL_S unless `force`."""
+        if self._handle is None:
+            return
+        now = self._clock()
+        if not force and self._shown_at is not None and now - self._shown_at < MIN_INTERVAL_S:
+            return
+        self._shown_at = now
+        self._handle.update({"text/plain": self.text(detail)}, raw=True)
+
+    def _close(self) -> None:
+        if self._handle is not None:
+            self._handle.update({}, raw=True)     # the empty bundle it started as
+            self._handle = None
+
+
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (ipykernel), where some front end may draw a display."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+@contextmanager
+def line(label: str) -> Iterator[Line]:
+    """A progress line for the block: drawn in a kernel, gone (an empty output) when the block ends."""
+    if not isinstance(label, str) or not label:
+        raise TypeError(f"progress.line: `label` must be a non-empty str naming the work; got {label!r}")
+    handle = None
+    if in_kernel():
+        from IPython.display import display
+
+        handle = display(display_id=True)        # an empty output with an id: IPython's own idiom
+    shown = Line(label, handle)
+    shown.update(force=True)
+    try:
+        yield shown
+    finally:
+        shown._close()
+
+
+def empty_outputs_dropped(nb) -> int:
+    """Remove from `nb` (a notebook dict) the display outputs whose bundle is empty; return how many.
+
+    Such an output draws nothing anywhere; it is what an ended `line` leaves, and a saved notebook need not
+    keep it.
+    """
+    dropped = 0
+    for cell in nb.get("cells", []):
+        outputs = cell.get("outputs")
+        if not outputs:
+            continue
+        kept = [o for o in outputs if not (o.get("output_type") == "display_data" and not o.get("data"))]
+        dropped += len(outputs) - len(kept)
+        cell["outputs"] = kept
+    return dropped
