@@ -55,6 +55,8 @@ class Diagnosis:
     export: tuple[ExportResult, ...] = ()
     checkpoint: tuple[WhatIf, ...] = ()
     seconds: dict[str, float] = field(default_factory=dict)          # wall time of each lens
+    # the calls of the model's forward each lens made (a compiled or exported call counts once; timing is bounded)
+    forward_calls: dict[str, int] = field(default_factory=dict)
     unchecked: tuple[str, ...] = ()             # lenses that could not run on this model, and why
 
     def summary(self, top: int = 5) -> str:
@@ -114,8 +116,8 @@ def run(model: torch.nn.Module, example_inputs=None, *, args: tuple | None = Non
     ranked = findings.rank(model, inputs, {**parts, "inputs": inputs, "held": held})
     step = parts.pop("step") + (" (of the eager module torch.compile wraps, model._orig_mod: the lenses that watch "
                                 "ops cannot see compiled kernels)" if compiled else "")
-    return Diagnosis(type(model).__name__, call.describe(), step, ranked,
-                     tuple(parts.pop("agreements")), seconds=lens.seconds, unchecked=tuple(lens.unchecked), **parts)
+    return Diagnosis(type(model).__name__, call.describe(), step, ranked, tuple(parts.pop("agreements")),
+                     seconds=lens.seconds, forward_calls=lens.forward_calls, unchecked=tuple(lens.unchecked), **parts)
 
 
 def _storages(model, inputs) -> set[int]:

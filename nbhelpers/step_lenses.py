@@ -64,14 +64,21 @@ class WhatIf:
 
 
 class Lenses:
-    """Runs each lens once, timed; a lens that cannot run on this model is recorded with why, not raised."""
+    """Runs each lens once, timed, counting the calls of the model it makes (`ran`); a lens that cannot run on this
+    model is recorded with why, not raised."""
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
+        self.forward_calls: dict[str, int] = {}
         self.unchecked: list[str] = []
+        self.calls = 0
+
+    def ran(self, times: int = 1) -> None:
+        """A lens called the model's forward `times` times (a compiled or exported call counts once)."""
+        self.calls += times
 
     def __call__(self, name: str, fn, otherwise=None):
-        start = time.perf_counter()
+        start, before = time.perf_counter(), self.calls
         try:
             return fn()
         except Exception as error:  # noqa: BLE001 - one lens failing leaves the others' findings
@@ -79,13 +86,14 @@ class Lenses:
             return otherwise
         finally:
             self.seconds[name] = time.perf_counter() - start
+            self.forward_calls[name] = self.forward_calls.get(name, 0) + self.calls - before
 
 
 def measure(model, call: model_call.Call, target, loss_fn, optimizer, lens: Lenses, held: set[int]) -> dict:
-    step = Step(model, call, target, loss_fn, optimizer)
+    step = Step(model, call, target, loss_fn, optimizer, lens)
     parts = lens("step under memory.track", step.tracked) or step.unmeasured(lens.unchecked[-1])
     parts["saved_by_module"] = findings.saved_by_module(parts["graph"], held) if parts["graph"] else {}
-    parts["forward"] = lens("forward graph", lambda: forward_graph.trace(model, *call.args, **call.kwargs))
+    parts["forward"] = lens("forward graph", lambda: _forward_graph(model, call, lens))
     agreements = parts["agreements"] = []
     if parts["error"]:
         return parts
@@ -95,9 +103,9 @@ def measure(model, call: model_call.Call, target, loss_fn, optimizer, lens: Lens
     parts["work"], flop_rows = lens("FLOPs vs FlopCounterMode", lambda: _work(step), ({}, []))
     agreements += flop_rows
     parts["regime"] = lens("regime", lambda: _regime(step))
-    parts["compile"], compile_rows = lens("compile lens vs explain", lambda: _compile(model, call), (None, []))
+    parts["compile"], compile_rows = lens("compile lens vs explain", lambda: _compile(model, call, lens), (None, []))
     agreements += compile_rows
-    parts["export"] = lens("export", lambda: _export(model, call), ())
+    parts["export"] = lens("export", lambda: _export(model, call, lens), ())
     parts["checkpoint"] = _checkpoint_what_ifs(model, parts)
     return parts
 
@@ -105,8 +113,9 @@ def measure(model, call: model_call.Call, target, loss_fn, optimizer, lens: Lens
 class Step:
     """One step of the model, runnable again at another batch size."""
 
-    def __init__(self, model, call: model_call.Call, target, loss_fn, optimizer):
+    def __init__(self, model, call: model_call.Call, target, loss_fn, optimizer, lens: Lenses):
         self.model, self.call, self.target, self.loss_fn, self.optimizer = model, call, target, loss_fn, optimizer
+        self.lens = lens
         given = target is not None or loss_fn is not None or call.kwargs.get("labels") is not None
         self.training = given or (model.training and any(p.requires_grad for p in model.parameters()))
         self.own_loss = False       # the loss was the output's own (output.loss), known once the model has run
@@ -130,6 +139,7 @@ class Step:
         return "loss = output.sum() (no target given: the backward graph is the model's, whatever loss follows)"
 
     def forward(self, call: model_call.Call | None = None):
+        self.lens.ran()
         return (call or self.call)(self.model)
 
     def loss(self, output) -> torch.Tensor:
@@ -157,7 +167,7 @@ class Step:
     def at(self, size: int) -> "Step":
         """The same step at another batch size: its call and target (their first dimension) re-batched."""
         target = None if self.target is None else model_call.Call((self.target,), {}).at(size).args[0]
-        return Step(self.model, self.call.at(size), target, self.loss_fn, self.optimizer)
+        return Step(self.model, self.call.at(size), target, self.loss_fn, self.optimizer, self.lens)
 
     def __call__(self) -> None:
         if not self.training:
@@ -211,6 +221,11 @@ class Step:
         return owner
 
 
+def _forward_graph(model, call: model_call.Call, lens: Lenses) -> forward_graph.ForwardGraph:
+    lens.ran()
+    return forward_graph.trace(model, *call.args, **call.kwargs)
+
+
 def _memory_agreements(step: Step) -> list[Agreement]:
     optimizer = step.optimizer or torch.optim.SGD(step.model.parameters(), lr=0.0)   # lr 0: nothing moves
     rows = memory_agreement.against_memtracker(lambda: _step_with(step, optimizer), step.model, optimizer)
@@ -246,14 +261,20 @@ def _work(step: Step) -> tuple[dict, list[Agreement]]:
     return work, rows
 
 
+# timed runs of the step at each size: bounded, so a fast model's step is not run thousands of times
+_TIMED_CALLS = 5
+
+
 def _regime(step: Step):
     size = step.call.batch
-    return profiling.regime(lambda n: step.at(n), (size, 2 * size), device=step.call.tensors()[0].device)
+    return profiling.regime(lambda n: step.at(n), (size, 2 * size), device=step.call.tensors()[0].device,
+                            calls=_TIMED_CALLS)
 
 
-def _compile(model, call: model_call.Call) -> tuple[object, list[Agreement]]:
+def _compile(model, call: model_call.Call, lens: Lenses) -> tuple[object, list[Agreement]]:
     """Breaks on the example call against explain's; then the same forward at four batch sizes, as a
     program would call it, for the recompiles."""
+    lens.ran(2)
     with _quiet():
         first = compile_lens.capture(model, *call.args, kernels=False, **call.kwargs)
         explained = torch._dynamo.explain(model)(*call.args, **call.kwargs)
@@ -263,13 +284,15 @@ def _compile(model, call: model_call.Call) -> tuple[object, list[Agreement]]:
     rows = [Agreement("graph breaks (one call)", ours_breaks, len(explained.break_reasons), "torch._dynamo.explain"),
             Agreement("graphs compiled (one call)", len(first.graphs), explained.graph_count, "torch._dynamo.explain")]
     calls = [call.at(call.batch + k) for k in range(4)]
+    lens.ran(len(calls))
     with _quiet():
         return compile_lens.capture_calls(model, [c.args for c in calls], keywords=[c.kwargs for c in calls]), rows
 
 
-def _export(model, call: model_call.Call) -> tuple[ExportResult, ...]:
+def _export(model, call: model_call.Call, lens: Lenses) -> tuple[ExportResult, ...]:
     results = []
     for strict in (True, False):
+        lens.ran()
         try:
             with _quiet():
                 torch.export.export(model, call.args, kwargs=call.kwargs, strict=strict)

@@ -363,3 +363,25 @@ def test_the_cli_refuses_a_bad_command_line_with_what_to_fix(tmp_path, args, wor
     done = _cli(tmp_path, *args)
     assert done.returncode == 2 and words in done.stderr, done.stderr
     assert not (tmp_path / "report.html").exists()
+
+
+class CountsItsCalls(nn.Module):
+    """A small MLP that counts how often its forward runs (eagerly, or as a compiled call replays the += )."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(32, 64), nn.Linear(64, 10)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.fc2(self.fc1(x).relu())
+
+
+def test_the_forward_runs_a_bounded_number_of_times_and_the_report_says_how_often_per_lens():
+    torch.manual_seed(0)
+    model = CountsItsCalls()
+    d = diagnose.run(model, torch.randn(8, 32))
+    assert set(d.forward_calls) == set(d.seconds) and all(n >= 0 for n in d.forward_calls.values())
+    assert model.calls < 50 and sum(d.forward_calls.values()) < 50, (model.calls, d.forward_calls)
+    assert model.calls <= sum(d.forward_calls.values())     # every call counted (an export's runs no Python +=)
