@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 
 from nbhelpers import (arguments, autograd_graph, devices, eager_only, findings, forward_graph, memory, model_call,
-                       module_work, profiling, step_lenses)
+                       module_work, profiling, step_leaks, step_lenses)
 from nbhelpers.findings import Finding
 from nbhelpers.step_lenses import Agreement, ExportResult, WhatIf
 
@@ -54,6 +54,7 @@ class Diagnosis:
     compile: object | None = None               # compile_report.CompileReport over several input shapes
     export: tuple[ExportResult, ...] = ()
     checkpoint: tuple[WhatIf, ...] = ()
+    growth: step_leaks.Growth | None = None     # live bytes after each of three steps, and what holds them
     seconds: dict[str, float] = field(default_factory=dict)          # wall time of each lens
     # the calls of the model's forward each lens made (a compiled or exported call counts once; timing is bounded)
     forward_calls: dict[str, int] = field(default_factory=dict)
@@ -101,8 +102,11 @@ def run(model: torch.nn.Module, example_inputs=None, *, args: tuple | None = Non
 
     Put back afterwards: the values of the model's parameters, buffers and tensors kept as plain attributes, of the
     optimizer's and the loss module's parameters, the gradient tensors themselves, train/eval flags, the
-    optimizer's state (in its own tensors), the random generators. Not put back: other Python attributes a
-    forward changes (a call counter), and torch.compile's caches, which the compile lenses reset as `explain` does.
+    optimizer's state (in its own tensors), the random generators, the contents of the lists, dicts and deques the
+    model's modules and the learner's module-level variables hold, and the tensors bound to their names (a forward
+    that appends to `self.history` or rebinds `self.total` leaves no tensor of the diagnosis there). Not put back:
+    other Python attributes a forward changes (a call counter), and torch.compile's caches, which the compile
+    lenses reset as `explain` does.
     """
     call, target = _checked(model, example_inputs, args, kwargs, target, loss_fn, optimizer, device)
     compiled = isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
@@ -174,7 +178,7 @@ def _preserved(model: torch.nn.Module, optimizer, loss_fn, inputs):
     state = _optimizer_state(optimizer)
     cuda = sorted({t.device.index or 0 for t in (*tensors, *inputs) if t.is_cuda})
     try:
-        with torch.random.fork_rng(devices=cuda):
+        with torch.random.fork_rng(devices=cuda), step_leaks.kept(model, loss_fn):
             yield
     finally:
         with torch.no_grad():

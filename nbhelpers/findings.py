@@ -21,6 +21,7 @@ from nbhelpers import module_scope, module_work, user_code
 __all__ = ["Finding", "LESSONS", "NOTEBOOKS", "ORDER", "rank"]
 
 LESSONS = {"error": "12 · error casebook", "device": "00 · environment", "mode": "03 · the sandwich model",
+           "leak": "08 · memory diagnosis",
            "precision": "06 · mixed precision", "state": "10 · save and export", "recompile": "05 · torch.compile",
            "graph-break": "05 · torch.compile", "export": "10 · save and export",
            "saved-for-backward": "02 · autograd graph", "memory": "08 · memory diagnosis",
@@ -34,7 +35,7 @@ NOTEBOOKS = {"00": "00_environment.ipynb", "02": "02_autograd_graph.ipynb", "03"
 # where memory and time go. Within a kind a finding moves by less than the gap to the next kind (_LIFT), so the
 # kinds keep this order; one exception, said where it is made: a module left in eval mode in a model in train mode
 # (often meant: a frozen BatchNorm) ranks as a saved-for-backward finding.
-ORDER = ("error", "device", "mode", "recompile", "precision", "graph-break", "state", "saved-for-backward",
+ORDER = ("error", "device", "mode", "leak", "recompile", "precision", "graph-break", "state", "saved-for-backward",
          "export", "memory", "checkpoint", "regime")
 _WEIGHT = {kind: 1.0 - 0.05 * k for k, kind in enumerate(ORDER)}
 _LIFT = 0.04
@@ -67,7 +68,7 @@ def rank(model: torch.nn.Module, inputs: tuple, parts: dict) -> tuple[Finding, .
     found = [*_error(parts), *_devices(model, inputs), *_modes(model), *_precision(model, parts),
              *_hidden_state(model, inputs), *_compile(parts.get("compile"), parts.get("tracker")),
              *_export(parts.get("export", ())), *_saved(parts), *_memory(parts), *_checkpoint(parts),
-             *_regime(parts.get("regime"))]
+             *_regime(parts.get("regime")), *_leak(parts.get("growth"))]
     return tuple(sorted(found, key=lambda f: -f.weight))
 
 
@@ -344,6 +345,41 @@ def _checkpoint(parts) -> list[Finding]:
                     f"runs its forward again: {r.recompute_flops:,} FLOPs"
                     + (f", {r.recompute_flops / step_flops:.0%} of the step's" if step_flops else ""),
                     r.block, _WEIGHT["checkpoint"])]
+
+
+def _leak(growth) -> list[Finding]:
+    """Memory that grows with every step, and what holds it (step_leaks names it from gc's referrers)."""
+    if growth is None or not growth.grows:
+        return []
+    live = ", ".join(f"{b:,}" for b in growth.live)
+    if not growth.holders:
+        return [Finding("leak", f"memory grows by {growth.per_step[-1]:,} B with every step",
+                        f"bytes alive after each of {len(growth.live)} steps: {live}; no tensor the steps made is "
+                        "held by the model, the optimizer or a module-level variable of your code (a C++ or "
+                        "closure reference holds it)", "", _WEIGHT["leak"])]
+    h = (growth.across or growth.holders)[0]
+    if h.spans > 1:
+        title = f"{h.path} keeps the autograd graph of every step: each step adds to it"
+        how = (f"its graph reaches into all {h.spans} steps run (a loss or output accumulated with its graph, "
+               f"`total += loss`): write `{_detached(h.where)}`, or accumulate `loss.item()`")
+    else:
+        title = f"memory grows by {growth.per_step[-1]:,} B with every step: {h.path} keeps {h.tensors} tensor(s)"
+        how = (f"{h.graphs} of them keep their autograd graph (their step's saved tensors) alive: write "
+               f"`{_detached(h.where)}` (`.item()` for a number), or clear {h.path} every step" if h.graphs else
+               f"clear {h.path} every step, or keep only what you need (`.item()`, a bounded deque)")
+    others = "".join(f"; also {o.path} ({o.tensors} tensors)" for o in growth.holders if o is not h)
+    return [Finding("leak", title, f"bytes alive after each of {len(growth.live)} steps: {live}; {how}{others}",
+                    h.where or h.path, _WEIGHT["leak"])]
+
+
+def _detached(where: str) -> str:
+    """The learner's accumulating line with `.detach()` on what it adds: `self.total = self.total + loss.detach()`."""
+    code = (where.split(": ", 1)[1] if ": " in where else "").split("#", 1)[0].strip()
+    if code.endswith(")") and ".append(" in code:
+        return code[:-1] + ".detach())"
+    if "+=" in code:
+        return f"{code}.detach()" if not code.endswith(".detach()") else code
+    return f"{code}.detach()" if "=" in code else "total = total + loss.detach()"
 
 
 def _regime(regime) -> list[Finding]:

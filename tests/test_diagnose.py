@@ -385,3 +385,73 @@ def test_the_forward_runs_a_bounded_number_of_times_and_the_report_says_how_ofte
     assert set(d.forward_calls) == set(d.seconds) and all(n >= 0 for n in d.forward_calls.values())
     assert model.calls < 50 and sum(d.forward_calls.values()) < 50, (model.calls, d.forward_calls)
     assert model.calls <= sum(d.forward_calls.values())     # every call counted (an export's runs no Python +=)
+
+
+class KeepsHistory(nn.Module):
+    """Appends each step's activations to a list: every step's graph stays alive (the commonest real leak)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(32, 64), nn.Linear(64, 10)
+        self.history = []
+
+    def forward(self, x):
+        h = self.fc1(x).relu()                  # (8, 64) float32: 2,048 B
+        self.history.append(h)
+        return self.fc2(h)
+
+
+def test_a_list_the_forward_appends_to_is_a_leak_named_by_its_holder_and_is_put_back():
+    torch.manual_seed(0)
+    model, mine = KeepsHistory(), torch.zeros(1)
+    model.history.append(mine)
+    d = diagnose.run(model, torch.randn(8, 32))
+    leak = d.findings[0]
+    assert leak.kind == "leak" and "KeepsHistory.history" in leak.title, [f.title for f in d.findings]
+    assert d.growth.grows and d.growth.per_step == (2048, 2048)
+    assert leak.where.startswith("test_diagnose.py:") and leak.where.endswith("self.history.append(h)")
+    assert "`self.history.append(h.detach())`" in leak.evidence
+    assert len(model.history) == 1 and model.history[0] is mine          # nothing the diagnosis made is left
+
+
+RUNNING = torch.zeros(())
+
+
+def accumulating_mse(output, target):
+    global RUNNING
+    loss = nn.functional.mse_loss(output, target)
+    RUNNING = RUNNING + loss                    # a running total kept with the graph of every step
+    return loss
+
+
+def test_a_loss_accumulated_with_its_graph_in_a_module_global_is_named_and_put_back():
+    torch.manual_seed(0)
+    before = RUNNING
+    d = diagnose.run(planted_models.Fixed(), torch.randn(8, 32), target=torch.randn(8, 10), loss_fn=accumulating_mse)
+    (leak,) = [f for f in d.findings if f.kind == "leak"]
+    assert "tests.test_diagnose.RUNNING keeps the autograd graph of every step" in leak.title
+    assert d.growth.holders[0].spans == 3
+    assert "`RUNNING = RUNNING + loss.detach()`" in leak.evidence and leak.where.startswith("test_diagnose.py:")
+    assert RUNNING is before and RUNNING.grad_fn is None and RUNNING.item() == 0
+
+
+class TotalInPlace(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 10)
+        self.total = torch.zeros(())
+
+    def forward(self, x):
+        out = self.fc(x)
+        self.total += out.sum()                 # in place: the old tensor now carries every step's graph
+        return out
+
+
+def test_a_total_added_in_place_is_a_leak_and_its_graph_is_dropped_afterwards():
+    torch.manual_seed(0)
+    model = TotalInPlace()
+    kept = model.total
+    d = diagnose.run(model, torch.randn(8, 32))
+    assert any(f.kind == "leak" and "TotalInPlace.total" in f.title for f in d.findings), [f.title for f in d.findings]
+    assert model.total is kept and model.total.grad_fn is None and not model.total.requires_grad
+    assert model.total.item() == 0
