@@ -55,6 +55,7 @@ class Diagnosis:
     export: tuple[ExportResult, ...] = ()
     checkpoint: tuple[WhatIf, ...] = ()
     growth: step_leaks.Growth | None = None     # live bytes after each of three steps, and what holds them
+    modes: tuple[step_lenses.ModeEffect, ...] = ()  # modules in the other mode than the model's, run both ways
     seconds: dict[str, float] = field(default_factory=dict)          # wall time of each lens
     # the calls of the model's forward each lens made (a compiled or exported call counts once; timing is bounded)
     forward_calls: dict[str, int] = field(default_factory=dict)

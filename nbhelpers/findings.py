@@ -65,7 +65,7 @@ class Finding:
 
 def rank(model: torch.nn.Module, inputs: tuple, parts: dict) -> tuple[Finding, ...]:
     """Every finding from the model's state and the measured `parts` of diagnose.run, most important first."""
-    found = [*_error(parts), *_devices(model, inputs), *_modes(model), *_precision(model, parts),
+    found = [*_error(parts), *_devices(model, inputs), *_modes(model, parts.get("modes", ())), *_precision(model, parts),
              *_hidden_state(model, inputs), *_compile(parts.get("compile"), parts.get("tracker")),
              *_export(parts.get("export", ())), *_saved(parts), *_memory(parts), *_checkpoint(parts),
              *_regime(parts.get("regime")), *_leak(parts.get("growth"))]
@@ -134,25 +134,29 @@ def _devices(model, inputs) -> list[Finding]:
                     "buffers, never a plain attribute", path, _WEIGHT["device"])]
 
 
-# the modules whose forward reads self.training (dropout, batch statistics, an RNN's or attention's dropout)
-_MODE_DEPENDENT = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm,
-                   torch.nn.modules.instancenorm._InstanceNorm, torch.nn.RNNBase, torch.nn.MultiheadAttention)
+_MODE_EFFECT = {"Dropout": "zeroes activations at random in train mode and does nothing in eval mode",
+                "BatchNorm": "normalizes by the batch's statistics (and updates the running ones) in train mode, "
+                             "by its running statistics in eval mode"}
 
 
-def _modes(model) -> list[Finding]:
-    odd = [(path, m) for path, m in _modules(model) if m.training != model.training
-           and isinstance(m, _MODE_DEPENDENT)]
-    if not odd:
+def _modes(model, effects) -> list[Finding]:
+    """A module whose train/eval mode is not its model's, only when running it both ways (same input, same random
+    numbers) changes the model's outputs: InstanceNorm without running statistics, BatchNorm with
+    track_running_stats=False and Dropout(p=0) do the same in both modes."""
+    differ = [e for e in effects if e.change > 0]
+    if not differ:
         return []
-    path, m = odd[0]
-    mode = "train" if m.training else "eval"
-    effect = ("Dropout zeroes activations at random and BatchNorm uses and updates batch statistics"
-              if m.training else "BatchNorm uses its running statistics and Dropout does nothing")
-    weight = _WEIGHT["mode"] if m.training else _WEIGHT["saved-for-backward"]  # eval in training: often meant
-    return [Finding("mode", f"{type(m).__name__} {path} is in {mode} mode while the model is in "
-                            f"{'train' if model.training else 'eval'} mode",
-                    f"{len(odd)} module(s) differ: {', '.join(p for p, _ in odd[:4])}; in {mode} mode {effect}. "
-                    f"model.{'eval' if not model.training else 'train'}() sets every module", path, weight)]
+    e = differ[0]
+    mode, wanted = ("train", "eval") if e.training else ("eval", "train")
+    effect = next((text for name, text in _MODE_EFFECT.items() if name in e.kind), "its forward reads self.training")
+    weight = _WEIGHT["mode"] if e.training else _WEIGHT["saved-for-backward"]  # eval in training: often meant
+    call = e.path.split(".", 1)[1] if "." in e.path else ""
+    return [Finding("mode", f"{e.kind} {e.path} is in {mode} mode while the model is in {wanted} mode, and that "
+                            "changes the outputs",
+                    f"run in both modes on the same input and random numbers, the outputs differ by up to "
+                    f"{e.change:.3g}; {e.kind} {effect}. {len(differ)} module(s) differ this way: "
+                    f"{', '.join(d.path for d in differ[:4])}. Write `model.{wanted}()` (it sets every module)"
+                    + (f", or `model.{call}.{wanted}()`" if call else ""), e.path, weight)]
 
 
 def _dominant_dtype(model) -> torch.dtype | None:

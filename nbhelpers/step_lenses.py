@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from nbhelpers import (arguments, autograd_graph, compile_lens, findings, forward_graph, memory, memory_agreement,
-                       model_call, module_work, profiling, step_leaks)
+                       model_call, module_scope, module_work, profiling, step_leaks)
 
 __all__: list[str] = []   # Agreement, ExportResult, WhatIf (diagnose re-exports them), Step, Lenses, measure: diagnose's
 
@@ -63,6 +63,16 @@ class WhatIf:
         return max(0, self.saved_bytes - self.kept_bytes)
 
 
+@dataclass(frozen=True)
+class ModeEffect:
+    """A module in the other train/eval mode than its model, run both ways on the same input and random numbers."""
+
+    path: str
+    kind: str                  # its class: Dropout, BatchNorm1d, InstanceNorm2d, ...
+    training: bool             # its own mode
+    change: float              # the largest absolute difference of the model's outputs between the two modes
+
+
 class Lenses:
     """Runs each lens once, timed, counting the calls of the model it makes (`ran`); a lens that cannot run on this
     model is recorded with why, not raised."""
@@ -97,6 +107,7 @@ def measure(model, call: model_call.Call, target, loss_fn, optimizer, lens: Lens
     agreements = parts["agreements"] = []
     if parts["error"]:
         return parts
+    parts["modes"] = lens("train/eval modes", lambda: _mode_effects(model, call, lens), ())
     if step.training:
         agreements += lens("memory vs MemTracker", lambda: _memory_agreements(step), [])
         agreements += lens("saved bytes vs saved-tensor hooks", lambda: _saved_agreement(step, parts["graph"]), [])
@@ -221,6 +232,56 @@ class Step:
                     if isinstance(v, torch.Tensor) and v.numel() > 1:
                         owner[memory.storage_key(v)] = "optimizer state"
         return owner
+
+
+_MODE_CHECKS = 4       # modules whose mode is tried both ways: two forwards each
+
+
+def _mode_effects(model, call: model_call.Call, lens: Lenses) -> tuple[ModeEffect, ...]:
+    """Each outermost module whose mode differs from the model's (up to _MODE_CHECKS), with how much switching it
+    to the model's mode changes the outputs: 0.0 when its forward does the same in both (InstanceNorm without
+    running statistics, Dropout(p=0))."""
+    paths, found = module_scope.module_paths(model), []
+    for m in _odd_modules(model, model.training)[:_MODE_CHECKS]:
+        outputs = [_outputs_as(model, call, m, mode, lens) for mode in (m.training, model.training)]
+        found.append(ModeEffect(paths.get(id(m), type(m).__name__), type(m).__name__, m.training,
+                                _largest_change(*outputs)))
+    return tuple(found)
+
+
+def _odd_modules(module, training: bool) -> list:
+    """The outermost modules below `module` whose mode is not `training`."""
+    found = []
+    for child in module.children():
+        found += [child] if child.training != training else _odd_modules(child, training)
+    return found
+
+
+def _outputs_as(model, call: model_call.Call, module, training: bool, lens: Lenses) -> list[torch.Tensor]:
+    """The model's outputs with `module` (and its submodules) in `training` mode: random numbers from one seed,
+    buffers and modes put back after, no graph."""
+    modes = [(m, m.training) for m in module.modules()]
+    buffers = [(b, b.detach().clone()) for b in model.buffers() if not b.is_meta]
+    cuda = sorted({t.device.index or 0 for t in call.tensors() if t.is_cuda})
+    try:
+        module.train(training)
+        with torch.random.fork_rng(devices=cuda), torch.no_grad():
+            torch.manual_seed(0)
+            lens.ran()
+            return [t.detach().clone() for t in module_scope.tensors_in(call(model))]
+    finally:
+        for m, mode in modes:
+            m.training = mode
+        with torch.no_grad():
+            for b, value in buffers:
+                b.copy_(value)
+
+
+def _largest_change(before: list[torch.Tensor], after: list[torch.Tensor]) -> float:
+    if len(before) != len(after) or any(a.shape != b.shape for a, b in zip(before, after)):
+        return float("inf")
+    return max(((a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+                for a, b in zip(before, after) if not torch.equal(a, b)), default=0.0)
 
 
 def _forward_graph(model, call: model_call.Call, lens: Lenses) -> forward_graph.ForwardGraph:

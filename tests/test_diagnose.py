@@ -455,3 +455,25 @@ def test_a_total_added_in_place_is_a_leak_and_its_graph_is_dropped_afterwards():
     assert any(f.kind == "leak" and "TotalInPlace.total" in f.title for f in d.findings), [f.title for f in d.findings]
     assert model.total is kept and model.total.grad_fn is None and not model.total.requires_grad
     assert model.total.item() == 0
+
+
+@pytest.mark.parametrize("odd", [nn.InstanceNorm1d(2), nn.BatchNorm1d(2, track_running_stats=False), nn.Dropout(0.0)],
+                         ids=["instancenorm", "batchnorm_without_running_stats", "dropout_p0"])
+def test_a_module_whose_mode_changes_nothing_is_not_a_mode_finding(odd):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Unflatten(1, (2, 4)), odd, nn.Flatten(), nn.Linear(8, 2))
+    odd.eval()                                       # the model trains, this one module is in eval mode
+    d = diagnose.run(model, torch.randn(6, 4))
+    assert "mode" not in {f.kind for f in d.findings}, [f.title for f in d.findings]
+    assert [(e.kind, e.change) for e in d.modes] == [(type(odd).__name__, 0.0)]
+    assert model.training and not odd.training
+
+
+def test_dropout_left_in_eval_mode_in_a_training_model_is_a_mode_finding_that_names_dropout():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+    model[1].eval()
+    (found,) = [f for f in diagnose.run(model, torch.randn(6, 4)).findings if f.kind == "mode"]
+    assert found.title.startswith("Dropout Sequential.1 is in eval mode while the model is in train mode")
+    assert "BatchNorm" not in found.evidence and "`model.train()`" in found.evidence
+    assert model.training and not model[1].training
