@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 
 from nbhelpers import (arguments, autograd_graph, devices, eager_only, findings, forward_graph, memory, model_call,
-                       module_work, profiling, step_lenses)
+                       module_work, profiling, step_leaks, step_lenses)
 from nbhelpers.findings import Finding
 from nbhelpers.step_lenses import Agreement, ExportResult, WhatIf
 
@@ -54,7 +54,11 @@ class Diagnosis:
     compile: object | None = None               # compile_report.CompileReport over several input shapes
     export: tuple[ExportResult, ...] = ()
     checkpoint: tuple[WhatIf, ...] = ()
+    growth: step_leaks.Growth | None = None     # live bytes after each of three steps, and what holds them
+    modes: tuple[step_lenses.ModeEffect, ...] = ()  # modules in the other mode than the model's, run both ways
     seconds: dict[str, float] = field(default_factory=dict)          # wall time of each lens
+    # the calls of the model's forward each lens made (a compiled or exported call counts once; timing is bounded)
+    forward_calls: dict[str, int] = field(default_factory=dict)
     unchecked: tuple[str, ...] = ()             # lenses that could not run on this model, and why
 
     def summary(self, top: int = 5) -> str:
@@ -99,8 +103,11 @@ def run(model: torch.nn.Module, example_inputs=None, *, args: tuple | None = Non
 
     Put back afterwards: the values of the model's parameters, buffers and tensors kept as plain attributes, of the
     optimizer's and the loss module's parameters, the gradient tensors themselves, train/eval flags, the
-    optimizer's state (in its own tensors), the random generators. Not put back: other Python attributes a
-    forward changes (a call counter), and torch.compile's caches, which the compile lenses reset as `explain` does.
+    optimizer's state (in its own tensors), the random generators, the contents of the lists, dicts and deques the
+    model's modules and the learner's module-level variables hold, and the tensors bound to their names (a forward
+    that appends to `self.history` or rebinds `self.total` leaves no tensor of the diagnosis there). Not put back:
+    other Python attributes a forward changes (a call counter), and torch.compile's caches, which the compile
+    lenses reset as `explain` does.
     """
     call, target = _checked(model, example_inputs, args, kwargs, target, loss_fn, optimizer, device)
     compiled = isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
@@ -114,8 +121,8 @@ def run(model: torch.nn.Module, example_inputs=None, *, args: tuple | None = Non
     ranked = findings.rank(model, inputs, {**parts, "inputs": inputs, "held": held})
     step = parts.pop("step") + (" (of the eager module torch.compile wraps, model._orig_mod: the lenses that watch "
                                 "ops cannot see compiled kernels)" if compiled else "")
-    return Diagnosis(type(model).__name__, call.describe(), step, ranked,
-                     tuple(parts.pop("agreements")), seconds=lens.seconds, unchecked=tuple(lens.unchecked), **parts)
+    return Diagnosis(type(model).__name__, call.describe(), step, ranked, tuple(parts.pop("agreements")),
+                     seconds=lens.seconds, forward_calls=lens.forward_calls, unchecked=tuple(lens.unchecked), **parts)
 
 
 def _storages(model, inputs) -> set[int]:
@@ -172,7 +179,7 @@ def _preserved(model: torch.nn.Module, optimizer, loss_fn, inputs):
     state = _optimizer_state(optimizer)
     cuda = sorted({t.device.index or 0 for t in (*tensors, *inputs) if t.is_cuda})
     try:
-        with torch.random.fork_rng(devices=cuda):
+        with torch.random.fork_rng(devices=cuda), step_leaks.kept(model, loss_fn):
             yield
     finally:
         with torch.no_grad():

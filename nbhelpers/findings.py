@@ -21,6 +21,7 @@ from nbhelpers import module_scope, module_work, user_code
 __all__ = ["Finding", "LESSONS", "NOTEBOOKS", "ORDER", "rank"]
 
 LESSONS = {"error": "12 · error casebook", "device": "00 · environment", "mode": "03 · the sandwich model",
+           "leak": "08 · memory diagnosis",
            "precision": "06 · mixed precision", "state": "10 · save and export", "recompile": "05 · torch.compile",
            "graph-break": "05 · torch.compile", "export": "10 · save and export",
            "saved-for-backward": "02 · autograd graph", "memory": "08 · memory diagnosis",
@@ -34,7 +35,7 @@ NOTEBOOKS = {"00": "00_environment.ipynb", "02": "02_autograd_graph.ipynb", "03"
 # where memory and time go. Within a kind a finding moves by less than the gap to the next kind (_LIFT), so the
 # kinds keep this order; one exception, said where it is made: a module left in eval mode in a model in train mode
 # (often meant: a frozen BatchNorm) ranks as a saved-for-backward finding.
-ORDER = ("error", "device", "mode", "recompile", "precision", "graph-break", "state", "saved-for-backward",
+ORDER = ("error", "device", "mode", "leak", "recompile", "precision", "graph-break", "state", "saved-for-backward",
          "export", "memory", "checkpoint", "regime")
 _WEIGHT = {kind: 1.0 - 0.05 * k for k, kind in enumerate(ORDER)}
 _LIFT = 0.04
@@ -64,10 +65,10 @@ class Finding:
 
 def rank(model: torch.nn.Module, inputs: tuple, parts: dict) -> tuple[Finding, ...]:
     """Every finding from the model's state and the measured `parts` of diagnose.run, most important first."""
-    found = [*_error(parts), *_devices(model, inputs), *_modes(model), *_precision(model, parts),
+    found = [*_error(parts), *_devices(model, inputs), *_modes(model, parts.get("modes", ())), *_precision(model, parts),
              *_hidden_state(model, inputs), *_compile(parts.get("compile"), parts.get("tracker")),
              *_export(parts.get("export", ())), *_saved(parts), *_memory(parts), *_checkpoint(parts),
-             *_regime(parts.get("regime"))]
+             *_regime(parts.get("regime")), *_leak(parts.get("growth"))]
     return tuple(sorted(found, key=lambda f: -f.weight))
 
 
@@ -133,25 +134,29 @@ def _devices(model, inputs) -> list[Finding]:
                     "buffers, never a plain attribute", path, _WEIGHT["device"])]
 
 
-# the modules whose forward reads self.training (dropout, batch statistics, an RNN's or attention's dropout)
-_MODE_DEPENDENT = (torch.nn.modules.dropout._DropoutNd, torch.nn.modules.batchnorm._BatchNorm,
-                   torch.nn.modules.instancenorm._InstanceNorm, torch.nn.RNNBase, torch.nn.MultiheadAttention)
+_MODE_EFFECT = {"Dropout": "zeroes activations at random in train mode and does nothing in eval mode",
+                "BatchNorm": "normalizes by the batch's statistics (and updates the running ones) in train mode, "
+                             "by its running statistics in eval mode"}
 
 
-def _modes(model) -> list[Finding]:
-    odd = [(path, m) for path, m in _modules(model) if m.training != model.training
-           and isinstance(m, _MODE_DEPENDENT)]
-    if not odd:
+def _modes(model, effects) -> list[Finding]:
+    """A module whose train/eval mode is not its model's, only when running it both ways (same input, same random
+    numbers) changes the model's outputs: InstanceNorm without running statistics, BatchNorm with
+    track_running_stats=False and Dropout(p=0) do the same in both modes."""
+    differ = [e for e in effects if e.change > 0]
+    if not differ:
         return []
-    path, m = odd[0]
-    mode = "train" if m.training else "eval"
-    effect = ("Dropout zeroes activations at random and BatchNorm uses and updates batch statistics"
-              if m.training else "BatchNorm uses its running statistics and Dropout does nothing")
-    weight = _WEIGHT["mode"] if m.training else _WEIGHT["saved-for-backward"]  # eval in training: often meant
-    return [Finding("mode", f"{type(m).__name__} {path} is in {mode} mode while the model is in "
-                            f"{'train' if model.training else 'eval'} mode",
-                    f"{len(odd)} module(s) differ: {', '.join(p for p, _ in odd[:4])}; in {mode} mode {effect}. "
-                    f"model.{'eval' if not model.training else 'train'}() sets every module", path, weight)]
+    e = differ[0]
+    mode, wanted = ("train", "eval") if e.training else ("eval", "train")
+    effect = next((text for name, text in _MODE_EFFECT.items() if name in e.kind), "its forward reads self.training")
+    weight = _WEIGHT["mode"] if e.training else _WEIGHT["saved-for-backward"]  # eval in training: often meant
+    call = e.path.split(".", 1)[1] if "." in e.path else ""
+    return [Finding("mode", f"{e.kind} {e.path} is in {mode} mode while the model is in {wanted} mode, and that "
+                            "changes the outputs",
+                    f"run in both modes on the same input and random numbers, the outputs differ by up to "
+                    f"{e.change:.3g}; {e.kind} {effect}. {len(differ)} module(s) differ this way: "
+                    f"{', '.join(d.path for d in differ[:4])}. Write `model.{wanted}()` (it sets every module)"
+                    + (f", or `model.{call}.{wanted}()`" if call else ""), e.path, weight)]
 
 
 def _dominant_dtype(model) -> torch.dtype | None:
@@ -344,6 +349,41 @@ def _checkpoint(parts) -> list[Finding]:
                     f"runs its forward again: {r.recompute_flops:,} FLOPs"
                     + (f", {r.recompute_flops / step_flops:.0%} of the step's" if step_flops else ""),
                     r.block, _WEIGHT["checkpoint"])]
+
+
+def _leak(growth) -> list[Finding]:
+    """Memory that grows with every step, and what holds it (step_leaks names it from gc's referrers)."""
+    if growth is None or not growth.grows:
+        return []
+    live = ", ".join(f"{b:,}" for b in growth.live)
+    if not growth.holders:
+        return [Finding("leak", f"memory grows by {growth.per_step[-1]:,} B with every step",
+                        f"bytes alive after each of {len(growth.live)} steps: {live}; no tensor the steps made is "
+                        "held by the model, the optimizer or a module-level variable of your code (a C++ or "
+                        "closure reference holds it)", "", _WEIGHT["leak"])]
+    h = (growth.across or growth.holders)[0]
+    if h.spans > 1:
+        title = f"{h.path} keeps the autograd graph of every step: each step adds to it"
+        how = (f"its graph reaches into all {h.spans} steps run (a loss or output accumulated with its graph, "
+               f"`total += loss`): write `{_detached(h.where)}`, or accumulate `loss.item()`")
+    else:
+        title = f"memory grows by {growth.per_step[-1]:,} B with every step: {h.path} keeps {h.tensors} tensor(s)"
+        how = (f"{h.graphs} of them keep their autograd graph (their step's saved tensors) alive: write "
+               f"`{_detached(h.where)}` (`.item()` for a number), or clear {h.path} every step" if h.graphs else
+               f"clear {h.path} every step, or keep only what you need (`.item()`, a bounded deque)")
+    others = "".join(f"; also {o.path} ({o.tensors} tensors)" for o in growth.holders if o is not h)
+    return [Finding("leak", title, f"bytes alive after each of {len(growth.live)} steps: {live}; {how}{others}",
+                    h.where or h.path, _WEIGHT["leak"])]
+
+
+def _detached(where: str) -> str:
+    """The learner's accumulating line with `.detach()` on what it adds: `self.total = self.total + loss.detach()`."""
+    code = (where.split(": ", 1)[1] if ": " in where else "").split("#", 1)[0].strip()
+    if code.endswith(")") and ".append(" in code:
+        return code[:-1] + ".detach())"
+    if "+=" in code:
+        return f"{code}.detach()" if not code.endswith(".detach()") else code
+    return f"{code}.detach()" if "=" in code else "total = total + loss.detach()"
 
 
 def _regime(regime) -> list[Finding]:

@@ -163,11 +163,18 @@ def machine_peaks(device: torch.device | str | None = None) -> Peaks:
     return Peaks(2 * 1024 ** 3 / mm, 2 * source.numel() * source.element_size() / copy)
 
 
-def median_seconds(fn, min_run_time: float = 0.3) -> float:
-    """The median seconds per call of `fn()`, measured by torch.utils.benchmark (which synchronizes CUDA)."""
+def median_seconds(fn, min_run_time: float = 0.3, calls: int | None = None) -> float:
+    """The median seconds per call of `fn()`, measured by torch.utils.benchmark (which synchronizes CUDA).
+
+    `calls` bounds how often `fn` runs: the mean of `calls` runs after Timer.timeit's two warmup runs, instead of
+    as many as `min_run_time` seconds take (a step of a fast model runs thousands of times in 0.3 s)."""
     from torch.utils import benchmark
 
-    return benchmark.Timer("fn()", globals={"fn": fn}).blocked_autorange(min_run_time=min_run_time).median
+    timer = benchmark.Timer("fn()", globals={"fn": fn})
+    if calls is not None:
+        arguments.require_positive("profiling.median_seconds", "calls", calls)
+        return timer.timeit(calls).mean            # torch/utils/benchmark/utils/timer.py: warmup max(calls // 100, 2)
+    return timer.blocked_autorange(min_run_time=min_run_time).median
 
 
 def _growth(works: tuple[Work, ...]) -> float:
@@ -214,18 +221,18 @@ class Regime:
 
 
 def regime(make, sizes: tuple[int, int], device: torch.device | str | None = None, peaks: Peaks | None = None,
-           counted=None) -> Regime:
+           counted=None, calls: int | None = None) -> Regime:
     """Classify `make(sizes[0])()` by the roofline: the time its FLOPs need at the machine's matmul rate and
     the time its bytes need at the machine's copy rate, and by how its time grows to `make(sizes[1])()`. A
     ceiling that explains half of the time binds; otherwise time that grows far slower than the work is
     overhead-bound, and time that grows with it is bound by the closer ceiling (when it explains a fifth) or by
     computation neither ceiling measures: "compute-bound (not matmul)" (a sort, erfinv, sin, exp).
     `make(size)` returns the call to time; `counted(size)`, if given, returns its Work (for compiled code, whose
-    kernels no dispatch mode sees)."""
-    calls = _regime_calls(make, sizes)
+    kernels no dispatch mode sees). `calls` (None: as many as 0.2 s take) bounds the timed runs of each size."""
+    runs = _regime_calls(make, sizes)
     try:
-        works = tuple(counted(size) if counted else work(call) for size, call in zip(sizes, calls))
-        seconds = tuple(median_seconds(call, 0.2) for call in calls)
+        works = tuple(counted(size) if counted else work(run) for size, run in zip(sizes, runs))
+        seconds = tuple(median_seconds(run, 0.2) if calls is None else median_seconds(run, calls=calls) for run in runs)
     except Exception as error:
         raise ValueError(f"regime: the call raised {type(error).__name__}: {error}; make it run on its own "
                          "first, then classify it") from error

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from nbhelpers import (arguments, autograd_graph, compile_lens, findings, forward_graph, memory, memory_agreement,
-                       model_call, module_work, profiling)
+                       model_call, module_scope, module_work, profiling, step_leaks)
 
 __all__: list[str] = []   # Agreement, ExportResult, WhatIf (diagnose re-exports them), Step, Lenses, measure: diagnose's
 
@@ -63,15 +63,32 @@ class WhatIf:
         return max(0, self.saved_bytes - self.kept_bytes)
 
 
+@dataclass(frozen=True)
+class ModeEffect:
+    """A module in the other train/eval mode than its model, run both ways on the same input and random numbers."""
+
+    path: str
+    kind: str                  # its class: Dropout, BatchNorm1d, InstanceNorm2d, ...
+    training: bool             # its own mode
+    change: float              # the largest absolute difference of the model's outputs between the two modes
+
+
 class Lenses:
-    """Runs each lens once, timed; a lens that cannot run on this model is recorded with why, not raised."""
+    """Runs each lens once, timed, counting the calls of the model it makes (`ran`); a lens that cannot run on this
+    model is recorded with why, not raised."""
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
+        self.forward_calls: dict[str, int] = {}
         self.unchecked: list[str] = []
+        self.calls = 0
+
+    def ran(self, times: int = 1) -> None:
+        """A lens called the model's forward `times` times (a compiled or exported call counts once)."""
+        self.calls += times
 
     def __call__(self, name: str, fn, otherwise=None):
-        start = time.perf_counter()
+        start, before = time.perf_counter(), self.calls
         try:
             return fn()
         except Exception as error:  # noqa: BLE001 - one lens failing leaves the others' findings
@@ -79,25 +96,29 @@ class Lenses:
             return otherwise
         finally:
             self.seconds[name] = time.perf_counter() - start
+            self.forward_calls[name] = self.forward_calls.get(name, 0) + self.calls - before
 
 
 def measure(model, call: model_call.Call, target, loss_fn, optimizer, lens: Lenses, held: set[int]) -> dict:
-    step = Step(model, call, target, loss_fn, optimizer)
+    step = Step(model, call, target, loss_fn, optimizer, lens)
     parts = lens("step under memory.track", step.tracked) or step.unmeasured(lens.unchecked[-1])
     parts["saved_by_module"] = findings.saved_by_module(parts["graph"], held) if parts["graph"] else {}
-    parts["forward"] = lens("forward graph", lambda: forward_graph.trace(model, *call.args, **call.kwargs))
+    parts["forward"] = lens("forward graph", lambda: _forward_graph(model, call, lens))
     agreements = parts["agreements"] = []
     if parts["error"]:
         return parts
+    parts["modes"] = lens("train/eval modes", lambda: _mode_effects(model, call, lens), ())
     if step.training:
         agreements += lens("memory vs MemTracker", lambda: _memory_agreements(step), [])
         agreements += lens("saved bytes vs saved-tensor hooks", lambda: _saved_agreement(step, parts["graph"]), [])
+    roots = {"model": model, "optimizer": optimizer, "loss_fn": loss_fn}
+    parts["growth"] = lens("across steps", lambda: step_leaks.across_steps(step, roots))
     parts["work"], flop_rows = lens("FLOPs vs FlopCounterMode", lambda: _work(step), ({}, []))
     agreements += flop_rows
     parts["regime"] = lens("regime", lambda: _regime(step))
-    parts["compile"], compile_rows = lens("compile lens vs explain", lambda: _compile(model, call), (None, []))
+    parts["compile"], compile_rows = lens("compile lens vs explain", lambda: _compile(model, call, lens), (None, []))
     agreements += compile_rows
-    parts["export"] = lens("export", lambda: _export(model, call), ())
+    parts["export"] = lens("export", lambda: _export(model, call, lens), ())
     parts["checkpoint"] = _checkpoint_what_ifs(model, parts)
     return parts
 
@@ -105,8 +126,9 @@ def measure(model, call: model_call.Call, target, loss_fn, optimizer, lens: Lens
 class Step:
     """One step of the model, runnable again at another batch size."""
 
-    def __init__(self, model, call: model_call.Call, target, loss_fn, optimizer):
+    def __init__(self, model, call: model_call.Call, target, loss_fn, optimizer, lens: Lenses):
         self.model, self.call, self.target, self.loss_fn, self.optimizer = model, call, target, loss_fn, optimizer
+        self.lens = lens
         given = target is not None or loss_fn is not None or call.kwargs.get("labels") is not None
         self.training = given or (model.training and any(p.requires_grad for p in model.parameters()))
         self.own_loss = False       # the loss was the output's own (output.loss), known once the model has run
@@ -130,6 +152,7 @@ class Step:
         return "loss = output.sum() (no target given: the backward graph is the model's, whatever loss follows)"
 
     def forward(self, call: model_call.Call | None = None):
+        self.lens.ran()
         return (call or self.call)(self.model)
 
     def loss(self, output) -> torch.Tensor:
@@ -157,7 +180,7 @@ class Step:
     def at(self, size: int) -> "Step":
         """The same step at another batch size: its call and target (their first dimension) re-batched."""
         target = None if self.target is None else model_call.Call((self.target,), {}).at(size).args[0]
-        return Step(self.model, self.call.at(size), target, self.loss_fn, self.optimizer)
+        return Step(self.model, self.call.at(size), target, self.loss_fn, self.optimizer, self.lens)
 
     def __call__(self) -> None:
         if not self.training:
@@ -211,6 +234,61 @@ class Step:
         return owner
 
 
+_MODE_CHECKS = 4       # modules whose mode is tried both ways: two forwards each
+
+
+def _mode_effects(model, call: model_call.Call, lens: Lenses) -> tuple[ModeEffect, ...]:
+    """Each outermost module whose mode differs from the model's (up to _MODE_CHECKS), with how much switching it
+    to the model's mode changes the outputs: 0.0 when its forward does the same in both (InstanceNorm without
+    running statistics, Dropout(p=0))."""
+    paths, found = module_scope.module_paths(model), []
+    for m in _odd_modules(model, model.training)[:_MODE_CHECKS]:
+        outputs = [_outputs_as(model, call, m, mode, lens) for mode in (m.training, model.training)]
+        found.append(ModeEffect(paths.get(id(m), type(m).__name__), type(m).__name__, m.training,
+                                _largest_change(*outputs)))
+    return tuple(found)
+
+
+def _odd_modules(module, training: bool) -> list:
+    """The outermost modules below `module` whose mode is not `training`."""
+    found = []
+    for child in module.children():
+        found += [child] if child.training != training else _odd_modules(child, training)
+    return found
+
+
+def _outputs_as(model, call: model_call.Call, module, training: bool, lens: Lenses) -> list[torch.Tensor]:
+    """The model's outputs with `module` (and its submodules) in `training` mode: random numbers from one seed,
+    buffers and modes put back after, no graph."""
+    modes = [(m, m.training) for m in module.modules()]
+    buffers = [(b, b.detach().clone()) for b in model.buffers() if not b.is_meta]
+    cuda = sorted({t.device.index or 0 for t in call.tensors() if t.is_cuda})
+    try:
+        module.train(training)
+        with torch.random.fork_rng(devices=cuda), torch.no_grad():
+            torch.manual_seed(0)
+            lens.ran()
+            return [t.detach().clone() for t in module_scope.tensors_in(call(model))]
+    finally:
+        for m, mode in modes:
+            m.training = mode
+        with torch.no_grad():
+            for b, value in buffers:
+                b.copy_(value)
+
+
+def _largest_change(before: list[torch.Tensor], after: list[torch.Tensor]) -> float:
+    if len(before) != len(after) or any(a.shape != b.shape for a, b in zip(before, after)):
+        return float("inf")
+    return max(((a.double() - b.double()).abs().max().item() if a.numel() else 0.0
+                for a, b in zip(before, after) if not torch.equal(a, b)), default=0.0)
+
+
+def _forward_graph(model, call: model_call.Call, lens: Lenses) -> forward_graph.ForwardGraph:
+    lens.ran()
+    return forward_graph.trace(model, *call.args, **call.kwargs)
+
+
 def _memory_agreements(step: Step) -> list[Agreement]:
     optimizer = step.optimizer or torch.optim.SGD(step.model.parameters(), lr=0.0)   # lr 0: nothing moves
     rows = memory_agreement.against_memtracker(lambda: _step_with(step, optimizer), step.model, optimizer)
@@ -246,14 +324,20 @@ def _work(step: Step) -> tuple[dict, list[Agreement]]:
     return work, rows
 
 
+# timed runs of the step at each size: bounded, so a fast model's step is not run thousands of times
+_TIMED_CALLS = 5
+
+
 def _regime(step: Step):
     size = step.call.batch
-    return profiling.regime(lambda n: step.at(n), (size, 2 * size), device=step.call.tensors()[0].device)
+    return profiling.regime(lambda n: step.at(n), (size, 2 * size), device=step.call.tensors()[0].device,
+                            calls=_TIMED_CALLS)
 
 
-def _compile(model, call: model_call.Call) -> tuple[object, list[Agreement]]:
+def _compile(model, call: model_call.Call, lens: Lenses) -> tuple[object, list[Agreement]]:
     """Breaks on the example call against explain's; then the same forward at four batch sizes, as a
     program would call it, for the recompiles."""
+    lens.ran(2)
     with _quiet():
         first = compile_lens.capture(model, *call.args, kernels=False, **call.kwargs)
         explained = torch._dynamo.explain(model)(*call.args, **call.kwargs)
@@ -263,13 +347,15 @@ def _compile(model, call: model_call.Call) -> tuple[object, list[Agreement]]:
     rows = [Agreement("graph breaks (one call)", ours_breaks, len(explained.break_reasons), "torch._dynamo.explain"),
             Agreement("graphs compiled (one call)", len(first.graphs), explained.graph_count, "torch._dynamo.explain")]
     calls = [call.at(call.batch + k) for k in range(4)]
+    lens.ran(len(calls))
     with _quiet():
         return compile_lens.capture_calls(model, [c.args for c in calls], keywords=[c.kwargs for c in calls]), rows
 
 
-def _export(model, call: model_call.Call) -> tuple[ExportResult, ...]:
+def _export(model, call: model_call.Call, lens: Lenses) -> tuple[ExportResult, ...]:
     results = []
     for strict in (True, False):
+        lens.ran()
         try:
             with _quiet():
                 torch.export.export(model, call.args, kwargs=call.kwargs, strict=strict)

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["Frame", "caller", "place"]
+__all__ = ["Frame", "caller", "place", "learners"]
 
 _TORCH = str(Path(torch.__file__).parent) + os.sep
 _STDLIB = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep
@@ -51,6 +51,12 @@ def _machinery(filename: str) -> bool:
     if filename.startswith(_STDLIB) and not filename.startswith(_SITE):
         return True
     return filename.startswith(_PACKAGE) and not filename.endswith(_MODEL_FILES)
+
+
+def learners(filename: str) -> bool:
+    """Whether a file is the learner's code: neither torch, nor the standard library, nor this package's machinery
+    (the series' own models are the learner's)."""
+    return not _machinery(filename)
 
 
 @functools.lru_cache(maxsize=65536)      # once per line: this runs for every op a tracked step makes

@@ -363,3 +363,117 @@ def test_the_cli_refuses_a_bad_command_line_with_what_to_fix(tmp_path, args, wor
     done = _cli(tmp_path, *args)
     assert done.returncode == 2 and words in done.stderr, done.stderr
     assert not (tmp_path / "report.html").exists()
+
+
+class CountsItsCalls(nn.Module):
+    """A small MLP that counts how often its forward runs (eagerly, or as a compiled call replays the += )."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(32, 64), nn.Linear(64, 10)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.fc2(self.fc1(x).relu())
+
+
+def test_the_forward_runs_a_bounded_number_of_times_and_the_report_says_how_often_per_lens():
+    torch.manual_seed(0)
+    model = CountsItsCalls()
+    d = diagnose.run(model, torch.randn(8, 32))
+    assert set(d.forward_calls) == set(d.seconds) and all(n >= 0 for n in d.forward_calls.values())
+    assert model.calls < 50 and sum(d.forward_calls.values()) < 50, (model.calls, d.forward_calls)
+    assert model.calls <= sum(d.forward_calls.values())     # every call counted (an export's runs no Python +=)
+
+
+class KeepsHistory(nn.Module):
+    """Appends each step's activations to a list: every step's graph stays alive (the commonest real leak)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(32, 64), nn.Linear(64, 10)
+        self.history = []
+
+    def forward(self, x):
+        h = self.fc1(x).relu()                  # (8, 64) float32: 2,048 B
+        self.history.append(h)
+        return self.fc2(h)
+
+
+def test_a_list_the_forward_appends_to_is_a_leak_named_by_its_holder_and_is_put_back():
+    torch.manual_seed(0)
+    model, mine = KeepsHistory(), torch.zeros(1)
+    model.history.append(mine)
+    d = diagnose.run(model, torch.randn(8, 32))
+    leak = d.findings[0]
+    assert leak.kind == "leak" and "KeepsHistory.history" in leak.title, [f.title for f in d.findings]
+    assert d.growth.grows and d.growth.per_step == (2048, 2048)
+    assert leak.where.startswith("test_diagnose.py:") and leak.where.endswith("self.history.append(h)")
+    assert "`self.history.append(h.detach())`" in leak.evidence
+    assert len(model.history) == 1 and model.history[0] is mine          # nothing the diagnosis made is left
+
+
+RUNNING = torch.zeros(())
+
+
+def accumulating_mse(output, target):
+    global RUNNING
+    loss = nn.functional.mse_loss(output, target)
+    RUNNING = RUNNING + loss                    # a running total kept with the graph of every step
+    return loss
+
+
+def test_a_loss_accumulated_with_its_graph_in_a_module_global_is_named_and_put_back():
+    torch.manual_seed(0)
+    before = RUNNING
+    d = diagnose.run(planted_models.Fixed(), torch.randn(8, 32), target=torch.randn(8, 10), loss_fn=accumulating_mse)
+    (leak,) = [f for f in d.findings if f.kind == "leak"]
+    assert "tests.test_diagnose.RUNNING keeps the autograd graph of every step" in leak.title
+    assert d.growth.holders[0].spans == 3
+    assert "`RUNNING = RUNNING + loss.detach()`" in leak.evidence and leak.where.startswith("test_diagnose.py:")
+    assert RUNNING is before and RUNNING.grad_fn is None and RUNNING.item() == 0
+
+
+class TotalInPlace(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(32, 10)
+        self.total = torch.zeros(())
+
+    def forward(self, x):
+        out = self.fc(x)
+        self.total += out.sum()                 # in place: the old tensor now carries every step's graph
+        return out
+
+
+def test_a_total_added_in_place_is_a_leak_and_its_graph_is_dropped_afterwards():
+    torch.manual_seed(0)
+    model = TotalInPlace()
+    kept = model.total
+    d = diagnose.run(model, torch.randn(8, 32))
+    assert any(f.kind == "leak" and "TotalInPlace.total" in f.title for f in d.findings), [f.title for f in d.findings]
+    assert model.total is kept and model.total.grad_fn is None and not model.total.requires_grad
+    assert model.total.item() == 0
+
+
+@pytest.mark.parametrize("odd", [nn.InstanceNorm1d(2), nn.BatchNorm1d(2, track_running_stats=False), nn.Dropout(0.0)],
+                         ids=["instancenorm", "batchnorm_without_running_stats", "dropout_p0"])
+def test_a_module_whose_mode_changes_nothing_is_not_a_mode_finding(odd):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Unflatten(1, (2, 4)), odd, nn.Flatten(), nn.Linear(8, 2))
+    odd.eval()                                       # the model trains, this one module is in eval mode
+    d = diagnose.run(model, torch.randn(6, 4))
+    assert "mode" not in {f.kind for f in d.findings}, [f.title for f in d.findings]
+    assert [(e.kind, e.change) for e in d.modes] == [(type(odd).__name__, 0.0)]
+    assert model.training and not odd.training
+
+
+def test_dropout_left_in_eval_mode_in_a_training_model_is_a_mode_finding_that_names_dropout():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+    model[1].eval()
+    (found,) = [f for f in diagnose.run(model, torch.randn(6, 4)).findings if f.kind == "mode"]
+    assert found.title.startswith("Dropout Sequential.1 is in eval mode while the model is in train mode")
+    assert "BatchNorm" not in found.evidence and "`model.train()`" in found.evidence
+    assert model.training and not model[1].training
