@@ -52,7 +52,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | compile_view      | view       | 05 10 11                   | compile_lens reports and exports as graph views      |
 | memory_timeline   | view       | 13                         | live bytes over a step, by category, module (+ .js)  |
 | picture_canvas    | view       | -                          | SVG boxes, arrows, labels that fit, light and dark   |
-| pictures          | view       | 06                         | pictures of live objects: float bits, parts, loaders |
+| pictures          | view       | 03 04 06                   | pictures of live objects: float bits, parts, loaders |
 | diagnosis_view    | view       | 13                         | a diagnosis as text, a widget, an offline page       |
 | diagnose          | diagnosis  | 13                         | one step of any model through every lens, checked    |
 | models            | lesson     | 02 03 05 06 07 08 09 10 12 | the sandwich model and the series' small models      |

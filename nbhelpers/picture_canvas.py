@@ -108,8 +108,11 @@ class Canvas:
         return Box(x, y, w, h)
 
     def text(self, text: str, box: Box, size: int = 12, x: float | None = None, y: float | None = None,
-             anchor: str = "middle") -> Label:
-        """`text` in `box` (centred unless x/y/anchor say otherwise), cut with an ellipsis to stay inside it."""
+             anchor: str = "middle", measured: bool = False) -> Label:
+        """`text` in `box` (centred unless x/y/anchor say otherwise), cut with an ellipsis to stay inside it.
+
+        measured=True marks a number measured on this run (class pic-measured): nbval's sanitize file hides
+        exactly those from the comparison, and the reader still sees them."""
         if size < MIN_TEXT_PX:
             raise ValueError(f"size must be at least {MIN_TEXT_PX} px to be legible, got {size}")
         x = box.x + box.w / 2 if x is None else x
@@ -121,18 +124,21 @@ class Canvas:
         left = {"middle": x - w / 2, "start": x, "end": x - w}[anchor]
         label = Label(shown, size, left, left + w, y - 0.8 * size, y + 0.2 * size, box)
         self._labels.append(label)
-        self._parts.append(f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}">'
+        mark = ' class="pic-measured"' if measured else ""
+        self._parts.append(f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}"{mark}>'
                            f'{html.escape(shown)}</text>')
         return label
 
-    def arrow(self, x1: float, y1: float, x2: float, y2: float) -> None:
-        """A line from (x1, y1) with a head at (x2, y2): a drawn triangle, so the SVG needs no marker id."""
+    def arrow(self, *points: tuple[float, float]) -> None:
+        """A line through `points` with a head at the last: a drawn triangle, so the SVG needs no marker id."""
+        (x1, y1), (x2, y2) = points[-2:]
         length = max(((x2 - x1) ** 2 + (y2 - y1) ** 2) ** 0.5, 1e-9)
         ux, uy = (x2 - x1) / length, (y2 - y1) / length
         bx, by = x2 - 7 * ux, y2 - 7 * uy
         head = f"{x2:.1f},{y2:.1f} {bx - 3.5 * uy:.1f},{by + 3.5 * ux:.1f} {bx + 3.5 * uy:.1f},{by - 3.5 * ux:.1f}"
-        self._parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{bx:.1f}" y2="{by:.1f}" class="pic-edge" '
-                           f'stroke-width="1.5"/><polygon points="{head}" class="pic-head"/>')
+        line = " ".join(f"{x:.1f},{y:.1f}" for x, y in [*points[:-1], (bx, by)])
+        self._parts.append(f'<polyline points="{line}" class="pic-edge" stroke-width="1.5"/>'
+                           f'<polygon points="{head}" class="pic-head"/>')
 
     def picture(self) -> Picture:
         head = (f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {self.width:.0f} {self.height:.0f}" '

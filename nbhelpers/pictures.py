@@ -20,8 +20,8 @@ import torch
 from nbhelpers import arguments
 from nbhelpers.picture_canvas import Canvas, Picture, width_of
 
-# Part, module_parts and draw_parts (the sandwich picture) become public when notebook 03 shows them.
-__all__ = ["FloatBits", "float_bits", "draw_float_bits"]
+__all__ = ["FloatBits", "float_bits", "draw_float_bits", "Part", "module_parts", "draw_parts", "LoaderLayout",
+           "loader_layout", "draw_loader"]
 
 _INT_OF = {8: torch.int8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
 _FIELD_FILL = {"sign": "break", "exponent": "op", "mantissa": "leaf"}
@@ -191,7 +191,7 @@ def draw_parts(parts: tuple[Part, ...] | list[Part], title: str = "") -> Picture
         for k, (text, size) in enumerate(block):
             canvas.text(text, box, size=size, y=top + 18 + 18 * k)
         if part.shape_in and i + 1 < len(parts) and parts[i + 1].shape_in == part.shape_out:
-            canvas.arrow(x + w + 4, top + 40, x + w + gap - 4, top + 40)
+            canvas.arrow((x + w + 4, top + 40), (x + w + gap - 4, top + 40))
             canvas.text(_shape(part.shape_out), canvas.area(x + w, top + 10, gap, 22), size=10)
         x += w + gap
     return canvas.picture()
@@ -205,3 +205,92 @@ def _part_lines(p: Part) -> list[tuple[str, int]]:
 
 def _shape(shape: tuple[int, ...] | None) -> str:
     return "(" + ", ".join(map(str, shape)) + ")" if shape is not None else "-"
+
+
+@dataclass(frozen=True)
+class LoaderLayout:
+    """What a DataLoader iterator runs: read from its (private) attributes, the names torch's dataloader.py uses."""
+
+    iterator: str                 # _MultiProcessingDataLoaderIter or _SingleProcessDataLoaderIter
+    workers: int                  # len(_workers): processes, each with its own copy of the dataset
+    alive: int                    # of those, running when read
+    index_queues: int             # len(_index_queues): one per worker, the main process puts batch indices
+    result_queue: bool            # _worker_result_queue: one queue every worker puts its batches on
+    pin_memory_thread: bool       # _pin_memory_thread: copies each batch to pinned memory, then _data_queue
+    prefetch_factor: int          # batches each worker may have in flight
+    setup: str = ""                      # the timing's setup, LoaderSetup.label
+    first_batch_s: float | None = None   # measured for that setup (loader_timing), epoch 1
+    items_per_s: float | None = None     # and epoch 2
+
+
+def loader_layout(iterator, timing=None) -> LoaderLayout:
+    """The processes, queues and thread of `iter(loader)`; `timing` (a loader_timing.LoaderTiming of the same
+    setup) adds what was measured."""
+    name = type(iterator).__name__
+    if not name.endswith("DataLoaderIter"):
+        raise TypeError(f"pictures.loader_layout: iterator must be iter(a DataLoader), got {name}; "
+                        "pass iter(loader) after taking one batch, so the workers are running")
+    workers = tuple(getattr(iterator, "_workers", ()))
+    return LoaderLayout(name, len(workers), sum(w.is_alive() for w in workers),
+                        len(getattr(iterator, "_index_queues", ())),
+                        getattr(iterator, "_worker_result_queue", None) is not None,
+                        getattr(iterator, "_pin_memory_thread", None) is not None,
+                        getattr(iterator, "_prefetch_factor", 0) or 0,
+                        timing.setup.label if timing else "", timing.first_batch_s[0] if timing else None,
+                        timing.items_per_s[-1] if timing else None)
+
+
+def draw_loader(layout: LoaderLayout) -> Picture:
+    """Main process, index queues, workers, the result queue (and the pin-memory thread), with the arrows a batch
+    follows; measured numbers are marked so that nbval compares everything else."""
+    if not isinstance(layout, LoaderLayout):
+        raise TypeError("pictures.draw_loader: layout must be a LoaderLayout, such as pictures.loader_layout(it)")
+    rows = max(layout.workers, 1)
+    top, row_h = 30, 56
+    bottom = top + rows * row_h
+    canvas = Canvas(760, bottom + 90)
+    canvas.text(f"{layout.iterator}: {layout.workers} worker processes, {layout.alive} alive",
+                canvas.area(8, 4, 744, 20), size=12, x=8, anchor="start")
+    main = canvas.box(8, top, 150, bottom - top - 8, "group")
+    for k, text in enumerate(("main process", "sampler: indices", "next(): batch")):
+        canvas.text(text, main, size=12 if k == 0 else 10, y=top + 18 + 16 * k)
+    for i in range(layout.workers):
+        y = top + i * row_h
+        index_q = canvas.box(200, y, 140, row_h - 16, "line")
+        canvas.text(f"index queue {i}", index_q, size=11)
+        worker = canvas.box(380, y, 170, row_h - 16, "op")
+        canvas.text(f"worker {i}: dataset[i]", worker, size=11, y=y + 16)
+        canvas.text("collate_fn", worker, size=10, y=y + 32)
+        canvas.arrow((158, y + 20), (200, y + 20))
+        canvas.arrow((340, y + 20), (380, y + 20))
+        if layout.result_queue:
+            canvas.arrow((550, y + 20), (590, top + 20))
+    if layout.result_queue:
+        _result_path(canvas, layout, top, bottom)
+    _measured(canvas, layout, bottom)
+    return canvas.picture()
+
+
+def _result_path(canvas: Canvas, layout: LoaderLayout, top: float, bottom: float) -> None:
+    result = canvas.box(590, top, 160, 40, "kernel")
+    canvas.text("result queue", result, size=11, y=top + 16)
+    canvas.text(f"in flight: {layout.prefetch_factor}/worker", result, size=10, y=top + 32)
+    last = result
+    if layout.pin_memory_thread:
+        pin = canvas.box(590, top + 56, 160, 32, "leaf")
+        canvas.text("pin-memory thread", pin, size=11)
+        canvas.arrow((670, top + 40), (670, top + 56))
+        last = pin
+    canvas.arrow((670, last.y + last.h), (670, bottom + 4), (83, bottom + 4), (83, bottom - 8))
+
+
+def _measured(canvas: Canvas, layout: LoaderLayout, bottom: float) -> None:
+    panel = canvas.box(8, bottom + 16, 744, 60, "panel")
+    canvas.text(f"measured here, setup {layout.setup}:", panel, size=11, x=16, y=bottom + 36, anchor="start")
+    if layout.first_batch_s is None:
+        canvas.text("no timing given", panel, size=11, x=16, y=bottom + 56, anchor="start")
+        return
+    canvas.text("first batch (s):", panel, size=11, x=16, y=bottom + 56, anchor="start")
+    canvas.text(f"{layout.first_batch_s:.2f}", panel, size=11, x=140, y=bottom + 56, anchor="start", measured=True)
+    canvas.text("items/s, epoch 2:", panel, size=11, x=260, y=bottom + 56, anchor="start")
+    canvas.text(f"{layout.items_per_s:,.0f}", panel, size=11, x=390, y=bottom + 56, anchor="start", measured=True)

@@ -7,7 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from nbhelpers import models, pictures
+from torch.utils.data import DataLoader, TensorDataset
+
+from nbhelpers import loader_timing, models, pictures
+from nbhelpers._tools.notebook_tools import apply_rules, sanitize_rules
 from nbhelpers.picture_canvas import MIN_TEXT_PX, Canvas
 
 FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -52,7 +55,9 @@ def test_bad_arguments_name_themselves():
 def _all_pictures():
     rows = [pictures.float_bits(-1e-5, d) for d in FLOATS[:3]]
     model = models.mlp()
-    return [pictures.draw_float_bits(rows), pictures.draw_parts(pictures.module_parts(model, torch.rand(2, 1, 28, 28)))]
+    layout = pictures.LoaderLayout("_MultiProcessingDataLoaderIter", 3, 3, 3, True, True, 2, "w3 b64", 0.5, 1e4)
+    return [pictures.draw_float_bits(rows), pictures.draw_parts(pictures.module_parts(model, torch.rand(2, 1, 28, 28))),
+            pictures.draw_loader(layout)]
 
 
 def test_the_svg_parses_and_is_the_same_on_every_run():
@@ -102,3 +107,31 @@ def test_module_parts_reads_the_live_model_and_removes_its_hooks():
     assert parts[0].shape_in == (3, 1, 28, 28) and parts[0].shape_out == parts[1].shape_in == (3, 784)
     assert parts[2].shape_in is None                      # forward returns logits; the adapter is not called
     assert all(not m._forward_hooks for m in model.modules())
+
+
+def _timing(first_s: float) -> loader_timing.LoaderTiming:
+    return loader_timing.LoaderTiming(loader_timing.LoaderSetup(2, False, 10), 100, (first_s, 0.1), (1.0, 0.5))
+
+
+def test_loader_layout_reads_a_live_iterator():
+    batches = iter(DataLoader(TensorDataset(torch.arange(40.0)), batch_size=10, num_workers=2, timeout=30))
+    next(batches)
+    layout = pictures.loader_layout(batches, _timing(0.25))
+    del batches
+    assert (layout.workers, layout.alive, layout.index_queues, layout.result_queue) == (2, 2, 2, True)
+    assert not layout.pin_memory_thread and layout.prefetch_factor == 2
+    assert (layout.setup, layout.first_batch_s, layout.items_per_s) == ("w2 b10", 0.25, 200.0)
+    single = pictures.loader_layout(iter(DataLoader(TensorDataset(torch.arange(4.0)))))
+    assert (single.iterator, single.workers, single.result_queue) == ("_SingleProcessDataLoaderIter", 0, False)
+    assert "no timing given" in pictures.draw_loader(single).texts()
+    with pytest.raises(TypeError, match="iterator"):
+        pictures.loader_layout([1, 2])
+
+
+def test_nbval_compares_a_loader_picture_except_its_measured_numbers():
+    def drawn(first_s, workers=2):
+        layout = pictures.LoaderLayout("_MultiProcessingDataLoaderIter", workers, workers, workers, True, False, 2,
+                                       "w2 b10", first_s, 100 / first_s)
+        return apply_rules(pictures.draw_loader(layout).svg, sanitize_rules())
+    assert drawn(0.31) == drawn(0.77) and "0.31" not in drawn(0.31)
+    assert drawn(0.31) != drawn(0.31, workers=3)
