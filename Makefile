@@ -71,14 +71,27 @@ lab: $(STAMP) $(LAB_OVERRIDES)
 	$(call SAY,lab) "starting JupyterLab on 127.0.0.1:$(PORT): open the URL with ?token= that it prints below"; \
 	exec $(VENV)/bin/jupyter lab $(LAB_FLAGS) $(LAB_ARGS)
 
+# Two pytest workers (pytest-xdist), one test file or notebook at a time each: a notebook keeps one kernel and a
+# file its fixtures. The files start slowest first, as tests/durations.md measured them (conftest.py), so that
+# the workers finish together. PYTEST_WORKERS=0 runs everything in one process.
+PYTEST_WORKERS ?= 2
+PYTEST_PARALLEL := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+
 test: $(STAMP)
 	$(VENV)/bin/ruff check nbhelpers tests conftest.py claims
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+
+# The quick loop while you work (tests/quick_check.py): lint, the tests the last `make durations` measured under
+# 2 s, every test file and notebook your change touches (against BASE, default main). Then `make test`.
+BASE ?= main
+check: $(STAMP)
+	$(VENV)/bin/ruff check nbhelpers tests conftest.py claims
+	$(PY) -m tests.quick_check --base $(BASE) -- $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # Where the suite's time goes: make test's pytest run with tests/durations.py, its table in tests/durations.md
 # (by notebook, by test file, fixed waits, who executes each notebook how often).
 durations: $(STAMP)
-	$(PY) -m pytest -p tests.durations --durations-table tests/durations.md $(PYTEST_ARGS)
+	$(PY) -m pytest -p tests.durations --durations-table tests/durations.md $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The whole suite on every Python 3.10-3.13 this machine has, each in .venv-matrix/<version>; the table is
 # printed and written to matrix/README.md. PYTHONS="python3.10 /usr/bin/python3.11" names them instead;

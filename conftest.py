@@ -13,11 +13,12 @@ import nbformat
 import pytest
 
 from nbhelpers._tools import notebook_tools
-from tests import REPO, notebook_rules
+from tests import REPO, durations, notebook_rules
 from tests.offline_guard import offline_guard
 
 GUARD_DIR = REPO / "tests" / "offline_guard"
 NET_LOG = REPO / "build" / "network-attempts.log"
+DURATIONS = REPO / "tests" / "durations.md"      # the last `make durations` run, committed
 
 
 def pytest_configure(config):
@@ -42,6 +43,33 @@ def pytest_sessionfinish(session, exitstatus):
     if attempts:
         print(f"\nFAILED: code tried to use the network during the tests (from {log}):\n{attempts}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_addoption(parser):
+    parser.addoption("--quick", action="store_true",
+                     help="make check: leave out browser tests and tests measured slow, except in --keep files")
+    parser.addoption("--keep", action="append", default=[], help="a test file --quick runs in full")
+
+
+def pytest_collection_modifyitems(config, items):
+    table = DURATIONS.read_text() if DURATIONS.is_file() else ""
+    if config.getoption("--quick"):
+        _leave_slow_out(config, items, durations.slow_tests_in(table), set(config.getoption("--keep")))
+    # Slowest files first, as the committed table measured them: the last file a worker starts is then a short
+    # one, and two workers (make test) finish close together. Each file keeps its own order (one kernel each).
+    durations.slowest_first(items, durations.measured_seconds_in(table))
+
+
+def _leave_slow_out(config, items: list, slow: set[str], keep: set[str]) -> None:
+    def quick(item) -> bool:
+        if item.nodeid.split("::")[0] in keep or item.path.suffix == ".ipynb":
+            return True
+        return item.nodeid not in slow and not item.get_closest_marker("browser") \
+            and not item.get_closest_marker("slow")
+    left_out = [item for item in items if not quick(item)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if quick(item)]
 
 
 def pytest_collect_file(file_path: Path, parent):

@@ -12,11 +12,16 @@ test file, marks the browser tests, and counts two things a faster suite would r
 
 Kernels, JupyterLab and DDP ranks are other processes: their own sleeps are inside the wall time of the test
 that waits for them, not in the waiting column.
+
+Under pytest-xdist each worker counts its own waits and executions and hands them to the controller
+(`workeroutput`), which receives every test's report and writes the table. The committed table also orders the
+next run (`slowest_first`): files start slowest first, so that the workers finish together.
 """
 from __future__ import annotations
 
 import collections
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,16 +95,10 @@ def pytest_configure(config):
 
 
 def pytest_collection_finish(session):
-    """After deselection: what runs."""
+    """Wrap test_lab's Run All, where this process collected it (a worker collects every file)."""
     if not session.config.getoption("--durations-table"):
         return
     items = session.items
-    for item in items:
-        if item.get_closest_marker("browser"):
-            _RUN.browser.add(item.nodeid)
-    notebooks = {str(item.path.name) for item in items if item.path.suffix == ".ipynb"}
-    for name in notebooks:
-        _RUN.executions[(name, "nbval")] += 1
     lab = next((item.module for item in items if item.path.name == "test_lab.py" and hasattr(item, "module")), None)
     if lab is not None and hasattr(lab, "open_and_run_all"):
         real = lab.open_and_run_all
@@ -113,7 +112,12 @@ def pytest_collection_finish(session):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
+    """What runs, counted where it runs: the worker that gets a notebook runs its one nbval kernel."""
     _RUN.current = item.nodeid
+    if item.get_closest_marker("browser"):
+        _RUN.browser.add(item.nodeid)
+    if item.path.suffix == ".ipynb" and (item.path.name, "nbval") not in _RUN.executions:
+        _RUN.executions[(item.path.name, "nbval")] = 1
     yield
     _RUN.current = ""
 
@@ -127,17 +131,67 @@ def pytest_sessionstart(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    path = session.config.getoption("--durations-table")
-    if path:
-        wall = time.monotonic() - session.config._durations_started
-        write_atomic(Path(path), table(_RUN, wall, os.cpu_count() or 0).encode())
+    config = session.config
+    path = config.getoption("--durations-table")
+    if not path:
+        return
+    if hasattr(config, "workerinput"):                 # an xdist worker: the controller writes the table
+        config.workeroutput["durations"] = _portable(_RUN)
+        return
+    wall = time.monotonic() - config._durations_started
+    workers = getattr(config.option, "numprocesses", None) or 0
+    write_atomic(Path(path), table(_RUN, wall, os.cpu_count() or 0, workers).encode())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller: add what a worker counted (its test times came with its reports)."""
+    counted = getattr(node, "workeroutput", {}).get("durations")
+    if counted:
+        _RUN.waiting.update(counted["waiting"])
+        _RUN.browser.update(counted["browser"])
+        _RUN.executions.update({(nb, who): n for nb, who, n in counted["executions"]})
+
+
+def _portable(run: Run) -> dict:
+    """What execnet can carry from a worker: plain dicts, lists and strings."""
+    return {"waiting": dict(run.waiting), "browser": sorted(run.browser),
+            "executions": [[nb, who, n] for (nb, who), n in run.executions.items()]}
+
+
+SLOW_S = 2.0          # a test over this, measured, is left out of `make check`'s quick loop
+_ROW = re.compile(r"^\| `([^`]+)` \| ([\d,]+\.\d) \|", re.M)
+
+
+def measured_seconds(path: Path) -> dict[str, float]:
+    """Seconds per notebook or test file (its path as pytest names it) from a committed table; {} without one."""
+    return measured_seconds_in(path.read_text()) if path.is_file() else {}
+
+
+def measured_seconds_in(text: str) -> dict[str, float]:
+    """The "By notebook" and "By test file" rows of a table (the waits table's rows name files too: first wins)."""
+    found: dict[str, float] = {}
+    for name, seconds in _ROW.findall(text):
+        if "::" not in name:
+            found.setdefault(name, float(seconds.replace(",", "")))
+    return found
+
+
+def slow_tests_in(text: str) -> set[str]:
+    """The tests a table measured over SLOW_S seconds (their node ids)."""
+    return {name for name, _ in _ROW.findall(text) if "::" in name}
+
+
+def slowest_first(items: list, seconds: dict[str, float]) -> None:
+    """Reorder `items` in place, files by measured seconds (unmeasured ones last); a file's own order is kept."""
+    items.sort(key=lambda item: -seconds.get(_group(item.nodeid), 0.0))
 
 
 def _group(nodeid: str) -> str:
     return nodeid.split("::")[0]
 
 
-def table(run: Run, wall_s: float, cores: int) -> str:
+def table(run: Run, wall_s: float, cores: int, workers: int = 0) -> str:
     """The markdown report of `run`: totals, then notebooks, test files, waits and executions, slowest first."""
     by_file, counts, waits = collections.Counter(), collections.Counter(), collections.Counter()
     for nodeid, seconds in run.seconds.items():
@@ -149,7 +203,8 @@ def table(run: Run, wall_s: float, cores: int) -> str:
     notebooks = {k: v for k, v in by_file.items() if k.endswith(".ipynb")}
     lines = [
         "# Where the suite's time goes", "",
-        f"One `make durations` run on {cores} cores. Wall time of the pytest session: {wall_s:,.0f} s; "
+        f"One `make durations` run on {cores} cores, {f'{workers} pytest-xdist workers' if workers else 'one process'}. "
+        f"Wall time of the pytest session: {wall_s:,.0f} s; sum of the tests' own times {sum(run.seconds.values()):,.0f} s; "
         f"{len(run.seconds):,} tests; notebooks under nbval {sum(notebooks.values()):,.0f} s; browser tests "
         f"{browser:,.0f} s; fixed waits (sleeps, `wait_for_timeout`) {sum(waits.values()):,.0f} s.", "",
         "## By notebook (nbval: one kernel, every cell)", "", "| notebook | s | items |", "|---|---:|---:|"]
@@ -160,6 +215,10 @@ def table(run: Run, wall_s: float, cores: int) -> str:
             continue
         in_browser = sum(1 for n in run.browser if _group(n) == name)
         lines.append(f"| `{name}` | {seconds:,.1f} | {counts[name]} | {in_browser or ''} |")
+    lines += ["", f"## Tests over {SLOW_S:.0f} s (`make check` leaves them to `make test`)", "",
+              "| test | s |", "|---|---:|"]
+    lines += [f"| `{n}` | {s:,.1f} |" for n, s in sorted(run.seconds.items(), key=lambda kv: -kv[1])
+              if s > SLOW_S and not _group(n).endswith(".ipynb")]
     lines += ["", "## Fixed waits", "", "| where | s |", "|---|---:|"]
     lines += [f"| `{k}` | {v:,.1f} |" for k, v in waits.most_common() if v >= 0.05]
     lines += ["", "## Who executes a notebook, and how often", "", "| notebook | who | runs |", "|---|---|---:|"]

@@ -1,5 +1,12 @@
-"""The durations table: each group's time, slowest first; fixed waits and notebook executions as recorded."""
-from tests import durations
+"""The durations table: each group's time, slowest first; fixed waits and notebook executions as recorded,
+also when pytest-xdist's workers ran the tests; and the order it gives the next run."""
+import os
+import subprocess
+import sys
+import textwrap
+from types import SimpleNamespace
+
+from tests import REPO, durations
 
 
 def test_the_table_groups_by_notebook_and_file_slowest_first_with_waits_and_executions():
@@ -11,8 +18,43 @@ def test_the_table_groups_by_notebook_and_file_slowest_first_with_waits_and_exec
     run.executions[("01_a.ipynb", "nbval")] += 1
     run.executions[("01_a.ipynb", "Run All in JupyterLab")] += 3
     text = durations.table(run, wall_s=30.0, cores=2)
-    assert "Wall time of the pytest session: 30 s; 6 tests; notebooks under nbval 14 s; browser tests 4 s" in text
+    assert ("one process. Wall time of the pytest session: 30 s; sum of the tests' own times 20 s; 6 tests; "
+            "notebooks under nbval 14 s; browser tests 4 s") in text
     assert text.index("`notebooks/02_b.ipynb` | 9.0 | 1") < text.index("`notebooks/01_a.ipynb` | 5.0 | 2")
     assert text.index("`tests/test_y.py` | 4.5 | 2 | 1 |") < text.index("`tests/test_x.py` | 1.5 | 1 |  |")
     assert "| `tests/test_y.py` | 2.5 |" in text and "fixed waits (sleeps, `wait_for_timeout`) 2 s" in text
     assert "| `01_a.ipynb` | Run All in JupyterLab | 3 |" in text and "| `01_a.ipynb` | nbval | 1 |" in text
+
+
+def test_the_committed_table_orders_files_slowest_first_and_keeps_each_files_own_order():
+    run = durations.Run(seconds={"notebooks/01_a.ipynb::Cell 0": 2.0, "tests/test_y.py::test_two": 1234.5,
+                                 "tests/test_x.py::test_one": 7.0})
+    text = durations.table(run, wall_s=9.0, cores=2)
+    measured = durations.measured_seconds_in(text)
+    assert measured == {"notebooks/01_a.ipynb": 2.0, "tests/test_y.py": 1234.5, "tests/test_x.py": 7.0}
+    assert durations.slow_tests_in(text) == {"tests/test_y.py::test_two", "tests/test_x.py::test_one"}  # not cells
+    items = [SimpleNamespace(nodeid=n) for n in ("new.py::a", "notebooks/01_a.ipynb::Cell 0", "tests/test_x.py::b",
+                                                  "notebooks/01_a.ipynb::Cell 1", "tests/test_y.py::c")]
+    durations.slowest_first(items, measured)
+    assert [i.nodeid for i in items] == ["tests/test_y.py::c", "tests/test_x.py::b", "notebooks/01_a.ipynb::Cell 0",
+                                         "notebooks/01_a.ipynb::Cell 1", "new.py::a"]
+
+
+def test_two_workers_hand_their_waits_to_the_table(tmp_path):
+    """A real xdist run of two files: each worker's sleeps reach the controller's table."""
+    for name, wait in (("test_a.py", 0.3), ("test_b.py", 0.2)):
+        (tmp_path / name).write_text(textwrap.dedent(f"""
+            import time
+            def test_waits():
+                time.sleep({wait})
+        """))
+    table = tmp_path / "durations.md"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", "/dev/null",
+                           "--rootdir", str(tmp_path), "-p", "tests.durations", "--durations-table", str(table),
+                           "-n", "2", "--dist", "loadfile", str(tmp_path)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = table.read_text()
+    assert "2 pytest-xdist workers" in text and "2 tests" in text
+    waits = text.split("## Fixed waits")[1].split("##")[0]
+    assert "| `test_a.py` | 0.3 |" in waits and "| `test_b.py` | 0.2 |" in waits, text
