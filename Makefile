@@ -28,7 +28,7 @@ LAB_FLAGS := --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.port_
 	--LabApp.extension_manager=readonly $(ROOT_FLAG) \
 	--ServerApp.contents_manager_class=nbhelpers._tools.lab_contents.ViewKeepingContentsManager
 
-.PHONY: setup lab test durations matrix coverage execute html doctor claims index trace clean
+.PHONY: setup lab test check inductor-cache durations matrix coverage execute html doctor claims index trace clean
 setup: $(STAMP)
 
 # Each phase says what it does and when (seconds since the set-up began). pip runs without -q, so that a
@@ -71,26 +71,36 @@ lab: $(STAMP) $(LAB_OVERRIDES)
 	$(call SAY,lab) "starting JupyterLab on 127.0.0.1:$(PORT): open the URL with ?token= that it prints below"; \
 	exec $(VENV)/bin/jupyter lab $(LAB_FLAGS) $(LAB_ARGS)
 
+# One Inductor on-disk cache per checkout and torch pin: every kernel and process of a run shares it, the next run
+# of this checkout finds it warm (a fresh clone starts cold), and the caches of other torch pins are removed.
+TORCH_PIN := $(patsubst torch==%,%,$(firstword $(TORCH_PINS)))
+INDUCTOR_CACHE ?= $(CURDIR)/build/inductor-cache
+test check durations execute: export TORCHINDUCTOR_CACHE_DIR := $(INDUCTOR_CACHE)/torch-$(TORCH_PIN)
+
+inductor-cache:
+	@mkdir -p $(INDUCTOR_CACHE)/torch-$(TORCH_PIN)
+	@find $(INDUCTOR_CACHE) -mindepth 1 -maxdepth 1 ! -name 'torch-$(TORCH_PIN)' -exec rm -rf {} +
+
 # Two pytest workers (pytest-xdist), one test file or notebook at a time each: a notebook keeps one kernel and a
 # file its fixtures. The files start slowest first, as tests/durations.md measured them (conftest.py), so that
 # the workers finish together. PYTEST_WORKERS=0 runs everything in one process.
 PYTEST_WORKERS ?= 2
 PYTEST_PARALLEL := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
-test: $(STAMP)
+test: $(STAMP) inductor-cache
 	$(VENV)/bin/ruff check nbhelpers tests conftest.py claims
 	$(PY) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The quick loop while you work (tests/quick_check.py): lint, the tests the last `make durations` measured under
 # 2 s, every test file and notebook your change touches (against BASE, default main). Then `make test`.
 BASE ?= main
-check: $(STAMP)
+check: $(STAMP) inductor-cache
 	$(VENV)/bin/ruff check nbhelpers tests conftest.py claims
 	$(PY) -m tests.quick_check --base $(BASE) -- $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # Where the suite's time goes: make test's pytest run with tests/durations.py, its table in tests/durations.md
 # (by notebook, by test file, fixed waits, who executes each notebook how often).
-durations: $(STAMP)
+durations: $(STAMP) inductor-cache
 	$(PY) -m pytest -p tests.durations --durations-table tests/durations.md $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The whole suite on every Python 3.10-3.13 this machine has, each in .venv-matrix/<version>; the table is
@@ -113,7 +123,7 @@ coverage: $(STAMP)
 	$(VENV)/bin/coverage report --data-file=$(COVERAGE_DIR)/.coverage
 
 # Re-execute notebooks in place to refresh their stored outputs: make execute [NB=notebooks/00_environment.ipynb]
-execute: $(STAMP)
+execute: $(STAMP) inductor-cache
 	$(PY) -m nbhelpers execute $(NB)
 
 node_modules/.package-lock.json: package.json package-lock.json

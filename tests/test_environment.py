@@ -131,3 +131,23 @@ def test_make_setup_names_the_cpu_index_and_stops_when_pip_fails(tmp_path):
     done, venv = _fake_setup(tmp_path, FAIL_PIP="1", args=[f"TORCH_INDEX_URL={index}"])
     assert done.returncode != 0 and f"from {index}" in done.stdout
     assert "3/3" not in done.stdout and not (venv / ".installed-stamp").exists()
+
+
+def test_the_inductor_cache_is_one_per_torch_pin_and_the_others_are_removed(tmp_path):
+    """make test/check/execute point TORCHINDUCTOR_CACHE_DIR at build/inductor-cache/torch-<pin>."""
+    old = tmp_path / "torch-2.1.2" / "fxgraph"
+    old.mkdir(parents=True)
+    done = subprocess.run(["make", "-s", "inductor-cache", f"INDUCTOR_CACHE={tmp_path}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [p.name for p in tmp_path.iterdir()] == [f"torch-{_pins_for('3.11')['torch']}"]
+    venv = tmp_path.parent / f"{tmp_path.name}-venv"    # make test with a pytest that says where the cache is
+    (venv / "bin").mkdir(parents=True)
+    for tool, body in (("ruff", "true"), ("python", 'echo "$TORCHINDUCTOR_CACHE_DIR" > "$(dirname "$0")/said"')):
+        (venv / "bin" / tool).write_text(f"#!/bin/bash\n{body}\n")
+        (venv / "bin" / tool).chmod(0o755)
+    (venv / ".installed-stamp").touch()
+    done = subprocess.run(["make", "-s", "test", f"VENV={venv}", f"INDUCTOR_CACHE={tmp_path}"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (venv / "bin" / "said").read_text().strip() == str(tmp_path / f"torch-{_pins_for('3.11')['torch']}")
