@@ -58,3 +58,23 @@ def test_two_workers_hand_their_waits_to_the_table(tmp_path):
     assert "2 pytest-xdist workers" in text and "2 tests" in text
     waits = text.split("## Fixed waits")[1].split("##")[0]
     assert "| `test_a.py` | 0.3 |" in waits and "| `test_b.py` | 0.2 |" in waits, text
+
+
+def _collected(**env):
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-o", "addopts=", "--nbval", "--nbval-current-env", "tests", "notebooks"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def test_every_worker_collects_the_same_tests_in_the_same_order():
+    """pytest-xdist refuses a run whose workers collected differently: a parametrization that iterates a set
+    (hash or id() order) differs between processes. Two processes with different hash seeds and allocators
+    (so different addresses, so different id() orders) must agree."""
+    first = _collected(PYTHONHASHSEED="1", PYTHONMALLOC="pymalloc")
+    assert len(first) > 2000
+    for allocator in ("malloc", "malloc_debug"):
+        other = _collected(PYTHONHASHSEED="2", PYTHONMALLOC=allocator)
+        assert first == other, next(f"{a} != {b}" for a, b in zip(first, other) if a != b)

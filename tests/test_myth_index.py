@@ -274,7 +274,9 @@ def test_a_probe_names_two_verdicts_or_carries_a_fixed_one(r):
 
 def _decisions():
     """Each probe module's deciding helper (`_..._verdict`) whose arguments are all bools."""
-    for module in {sys.modules[r.probe.__module__] for r in ROWS}:
+    # Sorted by name: a set of modules iterates in id() order, which differs between
+    # processes, and pytest-xdist's workers must collect the same tests in the same order.
+    for module in sorted({sys.modules[r.probe.__module__] for r in ROWS}, key=lambda m: m.__name__):
         for name, fn in vars(module).items():
             if name.endswith("_verdict") and callable(fn):
                 hints = inspect.signature(fn).parameters.values()
