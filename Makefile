@@ -28,7 +28,7 @@ LAB_FLAGS := --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.port_
 	--LabApp.extension_manager=readonly $(ROOT_FLAG) \
 	--ServerApp.contents_manager_class=nbhelpers._tools.lab_contents.ViewKeepingContentsManager
 
-.PHONY: setup lab test check inductor-cache durations matrix coverage execute html doctor claims index trace clean
+.PHONY: setup lab test check inductor-cache inductor-cache-dir durations matrix coverage execute html doctor claims index trace clean
 setup: $(STAMP)
 
 # Each phase says what it does and when (seconds since the set-up began). pip runs without -q, so that a
@@ -75,7 +75,12 @@ lab: $(STAMP) $(LAB_OVERRIDES)
 # of this checkout finds it warm (a fresh clone starts cold), and the caches of other torch pins are removed.
 TORCH_PIN := $(patsubst torch==%,%,$(firstword $(TORCH_PINS)))
 INDUCTOR_CACHE ?= $(CURDIR)/build/inductor-cache
-test check durations execute: export TORCHINDUCTOR_CACHE_DIR := $(INDUCTOR_CACHE)/torch-$(TORCH_PIN)
+# The matrix shares it too: Inductor's keys include the interpreter's headers and flags, so Pythons do not collide.
+test check durations execute matrix: export TORCHINDUCTOR_CACHE_DIR := $(INDUCTOR_CACHE)/torch-$(TORCH_PIN)
+
+# CI's cache step keys and restores this folder (.ci/steps cache-keys).
+inductor-cache-dir:
+	@echo $(INDUCTOR_CACHE)/torch-$(TORCH_PIN)
 
 inductor-cache:
 	@mkdir -p $(INDUCTOR_CACHE)/torch-$(TORCH_PIN)
@@ -106,7 +111,7 @@ durations: $(STAMP) inductor-cache
 # The whole suite on every Python 3.10-3.13 this machine has, each in .venv-matrix/<version>; the table is
 # printed and written to matrix/README.md. PYTHONS="python3.10 /usr/bin/python3.11" names them instead;
 # MATRIX_ARGS="--second --pytest-args notebooks" is CI's run (the oldest interpreter besides $(PYTHON)).
-matrix:
+matrix: inductor-cache
 	$(PYTHON) tests/matrix.py --default $(PYTHON) $(if $(PYTHONS),--pythons "$(PYTHONS)") $(MATRIX_ARGS)
 
 # Line coverage of nbhelpers from the pytest part of `make test`: the unit tests and every notebook's kernel

@@ -156,14 +156,14 @@ def test_the_caches_are_keyed_on_what_changes_them(job):
         assert "hashFiles('package-lock.json')" in caches["~/.npm"]
 
 
-def test_cache_keys_name_the_pinned_torch_and_inductors_own_default_folder(tmp_path):
+def test_cache_keys_name_the_pinned_torch_and_the_inductor_cache_make_test_uses(tmp_path):
     import torch
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
     out = tmp_path / "github_output"
     subprocess.run([str(CI_STEPS), NOT_A_STEP], env=dict(os.environ, GITHUB_OUTPUT=str(out)), check=True, timeout=60)
     keys = dict(line.split("=", 1) for line in out.read_text().splitlines())
-    assert keys == {"torch": torch.__version__.split("+")[0], "inductor-cache": default_cache_dir()}
+    pin = torch.__version__.split("+")[0]
+    assert keys == {"torch": pin, "inductor-cache": str(REPO / "build" / "inductor-cache" / f"torch-{pin}")}
 
 
 def test_every_action_is_pinned_by_its_major_version():
