@@ -36,6 +36,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | module_work       | instrument | -                          | FLOPs and bytes per module, against FlopCounterMode  |
 | model_call        | instrument | -                          | a model's call as people pass it; its output's loss  |
 | step_lenses       | instrument | -                          | one step under every lens, each checked against torch |
+| step_leaks        | instrument | -                          | memory a step keeps across steps, and what holds it   |
 | findings          | instrument | 13                         | what a diagnosis found, ranked, with the evidence    |
 | compilation       | instrument | 05 06 11                   | backends, their cost, graph breaks, recompiles       |
 | compile_cache     | instrument | 05                         | what inductor's on-disk cache keeps                  |
