@@ -22,7 +22,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | arguments         | foundation | -                          | the clear TypeError/ValueError of each entry point   |
 | atomic            | foundation | -                          | writes a file so a crash leaves old or new, whole    |
 | user_code         | foundation | -                          | the learner's line that is running, not torch's      |
-| progress          | foundation | 05 07                      | one line a long call redraws in place; none stored   |
+| progress          | foundation | 05 07 11                   | one line a long call redraws in place; none stored   |
 | compile_report    | record     | -                          | compile_lens's report: graphs, breaks, kernels       |
 | storage           | instrument | 01                         | storages, views, strides, version counters, lifetimes |
 | module_scope      | instrument | 02                         | which module is running, in forward and backward     |
