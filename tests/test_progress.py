@@ -171,3 +171,22 @@ def test_in_a_kernel_run_shows_its_line_while_the_child_runs(kernel_sees_this_ch
     assert texts[0] == "a child (0 s)" and any(t.startswith("a child (") for t in texts[1:-1])
     assert texts[-1] == "" and nb.cells[0].outputs[-1]["data"]["text/plain"] == "0"
 
+
+class _Handle:
+    """A display handle that keeps what each update drew."""
+
+    def __init__(self):
+        self.drawn = []
+
+    def update(self, bundle, raw=False):
+        self.drawn.append(bundle.get("text/plain", ""))
+
+
+def test_the_diagnosis_line_names_each_lens_as_it_starts():
+    from nbhelpers import step_lenses
+
+    handle = _Handle()
+    lens = step_lenses.Lenses(progress.Line("diagnose Net", handle, clock=lambda: 0.0))
+    assert lens("forward graph", lambda: 1) == 1 and lens("broken", lambda: 1 / 0, "none") == "none"
+    assert handle.drawn == ["diagnose Net: forward graph (0 s)", "diagnose Net: broken (0 s)"]
+    assert lens.unchecked == ["broken: ZeroDivisionError: division by zero"]
