@@ -22,7 +22,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | arguments         | foundation | -                          | the clear TypeError/ValueError of each entry point   |
 | atomic            | foundation | -                          | writes a file so a crash leaves old or new, whole    |
 | user_code         | foundation | -                          | the learner's line that is running, not torch's      |
-| progress          | foundation | -                          | one line a long call redraws in place; none stored   |
+| progress          | foundation | 05 07 11                   | one line a long call redraws in place; none stored   |
 | compile_report    | record     | -                          | compile_lens's report: graphs, breaks, kernels       |
 | storage           | instrument | 01                         | storages, views, strides, version counters, lifetimes |
 | module_scope      | instrument | 02                         | which module is running, in forward and backward     |
@@ -54,6 +54,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | memory_timeline   | view       | 13                         | live bytes over a step, by category, module (+ .js)  |
 | picture_canvas    | view       | -                          | SVG boxes, arrows, labels that fit, light and dark   |
 | pictures          | view       | 03 04 06                   | pictures of live objects: float bits, parts, loaders |
+| compile_picture   | view       | 05                         | the compile pipeline drawn with one run's counts     |
 | diagnosis_view    | view       | 13                         | a diagnosis as text, a widget, an offline page       |
 | diagnose          | diagnosis  | 13                         | one step of any model through every lens, checked    |
 | models            | lesson     | 02 03 05 06 07 08 09 10 12 | the sandwich model and the series' small models      |

@@ -9,7 +9,6 @@ Example:
 """
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -50,32 +49,22 @@ def time_cold_and_warm(timeout_s: float = 300.0) -> CacheTiming:
     cache directory: the first process finds nothing (cold), the second reuses what the first wrote."""
     with tempfile.TemporaryDirectory(prefix="inductor-cache-") as tmp:
         env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=tmp)
-        with progress.line("compile_cache: a fresh process compiles") as shown:
-            runs = [_run_probe(env, timeout_s, functools.partial(shown.update, which))
-                    for which in ("cold cache (1/2)", "warm cache (2/2)")]
+        runs = [_run_probe(env, timeout_s, f"compile_cache: a fresh process compiles, {which}")
+                for which in ("cold cache (1/2)", "warm cache (2/2)")]
     return CacheTiming(runs[0]["first_call_s"], runs[1]["first_call_s"], runs[0]["inductor"],
                        runs[1]["inductor"])
 
 
-def _run_probe(env: dict, timeout_s: float, waiting=lambda: None) -> dict:
-    """The probe in a fresh process; `waiting()` is called about once a second until it ends."""
+def _run_probe(env: dict, timeout_s: float, label: str) -> dict:
+    """The probe in a fresh process, with a progress line named `label` while it runs."""
     command = [sys.executable, "-c", "from nbhelpers.compile_cache import _cache_probe; _cache_probe()"]
-    deadline = time.monotonic() + timeout_s
-    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-        while True:
-            waiting()
-            try:                                 # a retried communicate loses no output (subprocess docs)
-                stdout, stderr = proc.communicate(timeout=min(1.0, max(deadline - time.monotonic(), 0.01)))
-                break
-            except subprocess.TimeoutExpired:
-                if time.monotonic() >= deadline:
-                    proc.kill()
-                    proc.communicate()
-                    raise RuntimeError(f"the cache probe took over {timeout_s} s; raise timeout_s on a slow "
-                                       "machine") from None
-    if proc.returncode != 0:
-        raise RuntimeError(f"the cache probe failed (exit {proc.returncode}):\n{stderr[-2000:]}")
-    return json.loads(stdout.strip().splitlines()[-1])
+    try:
+        done = progress.run(command, label, timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"the cache probe took over {timeout_s} s; raise timeout_s on a slow machine") from None
+    if done.returncode != 0:
+        raise RuntimeError(f"the cache probe failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def _cache_probe() -> None:

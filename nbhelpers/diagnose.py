@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 
 from nbhelpers import (arguments, autograd_graph, devices, eager_only, findings, forward_graph, memory, model_call,
-                       module_work, profiling, step_leaks, step_lenses)
+                       module_work, profiling, progress, step_leaks, step_lenses)
 from nbhelpers.findings import Finding
 from nbhelpers.step_lenses import Agreement, ExportResult, WhatIf
 
@@ -107,15 +107,16 @@ def run(model: torch.nn.Module, example_inputs=None, *, args: tuple | None = Non
     model's modules and the learner's module-level variables hold, and the tensors bound to their names (a forward
     that appends to `self.history` or rebinds `self.total` leaves no tensor of the diagnosis there). Not put back:
     other Python attributes a forward changes (a call counter), and torch.compile's caches, which the compile
-    lenses reset as `explain` does.
+    lenses reset as `explain` does. In Jupyter one progress line names the lens that is running; none is stored.
     """
     call, target = _checked(model, example_inputs, args, kwargs, target, loss_fn, optimizer, device)
     compiled = isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
     model = model._orig_mod if compiled else model     # dispatch modes see the eager program, so diagnose that
-    lens = step_lenses.Lenses()
     inputs = tuple(call.tensors())
-    with _preserved(model, optimizer, loss_fn, inputs), _no_cuda_notice(), warnings.catch_warnings():
+    with progress.line(f"diagnose {type(model).__name__}") as shown, _preserved(model, optimizer, loss_fn, inputs), \
+            _no_cuda_notice(), warnings.catch_warnings():      # the line names each lens as it starts (in Jupyter)
         warnings.simplefilter("ignore", eager_only.CompiledRanEagerly)
+        lens = step_lenses.Lenses(shown)
         held = _storages(model, inputs)
         parts = step_lenses.measure(model, call, target, loss_fn, optimizer, lens, held)
     ranked = findings.rank(model, inputs, {**parts, "inputs": inputs, "held": held})

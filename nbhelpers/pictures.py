@@ -1,7 +1,7 @@
 """Pictures drawn from live objects: a float's bit fields, a model's parts, a DataLoader's processes and
-queues, the torch.compile pipeline with one run's counts.
+queues (the torch.compile pipeline with one run's counts is `compile_picture`'s).
 
-Data first, picture second: `float_bits`, `module_parts`, `loader_layout` and `pipeline_counts` read the
+Data first, picture second: `float_bits`, `module_parts` and `loader_layout` read the
 objects and return frozen dataclasses; `draw_*` turn those into a `picture_canvas.Picture` (an SVG a notebook
 shows, light or dark, with labels at 10 px or more inside their boxes).
 

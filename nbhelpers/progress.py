@@ -9,6 +9,8 @@ block ends, however it ends. What each reader keeps of that output, and why it i
 - nbval skips `update_display_data` and compares each output's mime keys only: an empty bundle has none.
 Outside a kernel (plain Python, pytest, a terminal IPython) `line` shows nothing and prints nothing.
 
+`run` is `subprocess.run` for a long child process, with such a line while it waits.
+
 Example:
     with progress.line("fit") as shown:
         for epoch in range(1, epochs + 1):
@@ -16,11 +18,12 @@ Example:
 """
 from __future__ import annotations
 
+import subprocess
 import time
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["Line", "line", "in_kernel", "empty_outputs_dropped"]
+__all__ = ["Line", "line", "in_kernel", "run", "empty_outputs_dropped"]
 
 MIN_INTERVAL_S = 0.5   # a redraw of the line at most this often: each is a message to every front end
 
@@ -84,6 +87,26 @@ def line(label: str) -> Iterator[Line]:
         yield shown
     finally:
         shown._close()
+
+
+def run(command: list[str], label: str, timeout_s: float, **popen) -> subprocess.CompletedProcess:
+    """`subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, **popen)`, with a line that
+    says how long it has waited (redrawn about once a second). Past the timeout the process is killed and
+    subprocess.TimeoutExpired raised, as subprocess.run does; a failed process is returned, not raised."""
+    with line(label) as shown, subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                                **popen) as proc:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            shown.update()
+            try:                                 # a retried communicate loses no output (subprocess docs)
+                stdout, stderr = proc.communicate(timeout=min(1.0, max(deadline - time.monotonic(), 0.01)))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    proc.kill()
+                    stdout, stderr = proc.communicate()
+                    raise subprocess.TimeoutExpired(command, timeout_s, stdout, stderr) from None
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
 def empty_outputs_dropped(nb) -> int:

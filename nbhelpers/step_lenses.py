@@ -19,6 +19,7 @@ import torch
 
 from nbhelpers import (arguments, autograd_graph, compile_lens, findings, forward_graph, memory, memory_agreement,
                        model_call, module_scope, module_work, profiling, step_leaks)
+from nbhelpers.progress import Line
 
 __all__: list[str] = []   # Agreement, ExportResult, WhatIf (diagnose re-exports them), Step, Lenses, measure: diagnose's
 
@@ -75,9 +76,10 @@ class ModeEffect:
 
 class Lenses:
     """Runs each lens once, timed, counting the calls of the model it makes (`ran`); a lens that cannot run on this
-    model is recorded with why, not raised."""
+    model is recorded with why, not raised. `shown`: a progress line that names each lens as it starts."""
 
-    def __init__(self):
+    def __init__(self, shown: Line | None = None):
+        self.shown = shown
         self.seconds: dict[str, float] = {}
         self.forward_calls: dict[str, int] = {}
         self.unchecked: list[str] = []
@@ -88,6 +90,8 @@ class Lenses:
         self.calls += times
 
     def __call__(self, name: str, fn, otherwise=None):
+        if self.shown is not None:
+            self.shown.update(name, force=True)
         start, before = time.perf_counter(), self.calls
         try:
             return fn()

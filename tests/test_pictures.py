@@ -1,5 +1,5 @@
-"""pictures and picture_canvas: the fields decode to torch's own values, the SVG is escaped, legible and the
-same on every run, and it has colours for dark mode."""
+"""pictures, compile_picture and picture_canvas: the fields decode to torch's own values, the SVG is escaped, legible and the
+same on every run, and it has colours for dark mode; the compile pipeline's numbers are its report's."""
 import math
 import xml.etree.ElementTree as ET
 
@@ -9,7 +9,8 @@ from torch import nn
 
 from torch.utils.data import DataLoader, TensorDataset
 
-from nbhelpers import loader_timing, models, pictures
+from nbhelpers import compile_lens, compile_picture, loader_timing, models, pictures
+from nbhelpers.compile_report import Break, CompileReport, FxGraph, FxNode, Kernel
 from nbhelpers._tools.notebook_tools import apply_rules, sanitize_rules
 from nbhelpers.picture_canvas import MIN_TEXT_PX, Canvas
 
@@ -57,7 +58,20 @@ def _all_pictures():
     model = models.mlp()
     layout = pictures.LoaderLayout("_MultiProcessingDataLoaderIter", 3, 3, 3, True, True, 2, "w3 b64", 0.5, 1e4)
     return [pictures.draw_float_bits(rows), pictures.draw_parts(pictures.module_parts(model, torch.rand(2, 1, 28, 28))),
-            pictures.draw_loader(layout)]
+            pictures.draw_loader(layout), compile_picture.draw_pipeline(compile_picture.pipeline_counts(
+                _report(), "train_step"))]
+
+
+def _node(name: str) -> FxNode:
+    return FxNode(name, "call_function", name, "", "")
+
+
+def _report(graphs=(3, 5), breaks=(("GB0123", 1), ("GB0025", 2)), kernels=("cpp_fused_relu_0",)) -> CompileReport:
+    """A report as compile_lens fills it in, made by hand: `graphs` node counts, (code, count) breaks, kernels."""
+    fx = tuple(FxGraph(tuple(_node(f"n{i}") for i in range(n)), forward=(_node("f"),) * 4,
+                       backward=(_node("b"),) * 6) for n in graphs)
+    return CompileReport(fx, tuple(Break(code, "a reason", f"line_{code}()", count, "", ()) for code, count in breaks),
+                         tuple(Kernel(name, "", (), ()) for name in kernels))
 
 
 def test_the_svg_parses_and_is_the_same_on_every_run():
@@ -135,3 +149,43 @@ def test_nbval_compares_a_loader_picture_except_its_measured_numbers():
         return apply_rules(pictures.draw_loader(layout).svg, sanitize_rules())
     assert drawn(0.31) == drawn(0.77) and "0.31" not in drawn(0.31)
     assert drawn(0.31) != drawn(0.31, workers=3)
+
+
+def test_pipeline_counts_are_the_reports_and_explains(capsys):
+    def noisy(x):
+        y = torch.relu(x)
+        print("side effect")
+        return y * 2
+
+    sample = torch.randn(16)
+    report = compile_lens.capture(noisy, sample)
+    explained = torch._dynamo.explain(noisy)(sample)
+    torch.compiler.reset()
+    counts = compile_picture.pipeline_counts(report, "noisy")
+    assert counts.graphs == len(report.graphs) == explained.graph_count == 2
+    assert counts.fx_nodes == tuple(len(g.graph.nodes) for g in explained.graphs)
+    assert counts.break_count == explained.graph_break_count == 1 and counts.breaks[0][0] == "GB0059"
+    assert (counts.aot_forward, counts.aot_backward) == (len(report.graphs[0].forward), 0)   # no grad needed
+    assert counts.kernels == tuple(k.name for k in report.kernels) and counts.kernels
+    texts = compile_picture.draw_pipeline(counts).texts()
+    assert {"2 graphs", "1 break", f"graph 0: {counts.fx_nodes[0]} nodes", *counts.kernels} <= set(texts)
+    assert "GB0059 x1 print(\"side effect\")" in texts
+
+
+def test_the_pipeline_picture_says_each_count_and_cuts_nothing_it_needs():
+    picture = compile_picture.draw_pipeline(compile_picture.pipeline_counts(_report(graphs=(3, 5, 7, 9, 11)), "f"))
+    texts = picture.texts()
+    assert {"5 graphs", "3 breaks", "at 2 places", "forward 4 nodes", "backward 6 nodes", "1 kernel"} <= set(texts)
+    assert "graph 3: 9 nodes" in texts and "... 1 more" in texts and "graph 4: 11 nodes" not in texts
+    assert "GB0025 x2 line_GB0025()" in texts and "cpp_fused_relu_0" in texts
+    alone = compile_picture.draw_pipeline(compile_picture.pipeline_counts(_report(graphs=(3,), breaks=()), "f"))
+    assert "none: one graph" in alone.texts() and "0 breaks" in alone.texts()
+
+
+def test_the_pipeline_refuses_what_is_not_a_report():
+    with pytest.raises(TypeError, match="report"):
+        compile_picture.pipeline_counts("report", "f")
+    with pytest.raises(ValueError, match="no FX graph"):
+        compile_picture.pipeline_counts(CompileReport((), (), ()), "f")
+    with pytest.raises(TypeError, match="counts"):
+        compile_picture.draw_pipeline(_report())

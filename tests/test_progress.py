@@ -133,3 +133,60 @@ def test_a_launch_in_a_kernel_shows_its_line_until_the_ranks_are_done(kernel_see
     assert texts[1].startswith("launch all_reduce_by_hand: 2 ranks over gloo: 0/2 ranks done (")
     assert texts[-1] == ""                                         # emptied: the last update is the empty bundle
     assert nb.cells[0].outputs[-1]["data"]["text/plain"] == "0"    # the cell's own result comes after it
+
+
+def test_run_returns_what_subprocess_run_would_and_prints_nothing(capsys):
+    command = [sys.executable, "-c", "import sys; print('out'); sys.stderr.write('err'); sys.exit(3)"]
+    done = progress.run(command, "child", timeout_s=60)
+    expected = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert (done.args, done.returncode, done.stdout, done.stderr) == (command, 3, "out\n", "err")
+    assert (done.returncode, done.stdout, done.stderr) == (expected.returncode, expected.stdout, expected.stderr)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_run_kills_a_child_past_its_timeout():
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        progress.run([sys.executable, "-c", "import time; time.sleep(60)"], "child", timeout_s=0.5)
+    assert time.monotonic() - start < 30
+
+
+def test_in_a_kernel_run_shows_its_line_while_the_child_runs(kernel_sees_this_checkout):
+    from nbclient import NotebookClient
+
+    heard = []
+
+    class Listening(NotebookClient):
+        def process_message(self, msg, cell, cell_index):
+            heard.append(msg)
+            return super().process_message(msg, cell, cell_index)
+
+    nb = new_notebook(cells=[new_code_cell(
+        "import sys\nfrom nbhelpers import progress\n"
+        "progress.run([sys.executable, '-c', 'import time; time.sleep(2)'], 'a child', 60).returncode")])
+    Listening(nb, timeout=120, kernel_name="python3").execute()
+    texts = [m["content"]["data"].get("text/plain", "") for m in heard if m["msg_type"] == "update_display_data"]
+    assert texts[0] == "a child (0 s)" and any(t.startswith("a child (") for t in texts[1:-1])
+    assert texts[-1] == "" and nb.cells[0].outputs[-1]["data"]["text/plain"] == "0"
+
+
+class _Handle:
+    """A display handle that keeps what each update drew."""
+
+    def __init__(self):
+        self.drawn = []
+
+    def update(self, bundle, raw=False):
+        self.drawn.append(bundle.get("text/plain", ""))
+
+
+def test_the_diagnosis_line_names_each_lens_as_it_starts():
+    from nbhelpers import step_lenses
+
+    handle = _Handle()
+    lens = step_lenses.Lenses(progress.Line("diagnose Net", handle, clock=lambda: 0.0))
+    assert lens("forward graph", lambda: 1) == 1 and lens("broken", lambda: 1 / 0, "none") == "none"
+    assert handle.drawn == ["diagnose Net: forward graph (0 s)", "diagnose Net: broken (0 s)"]
+    assert lens.unchecked == ["broken: ZeroDivisionError: division by zero"]

@@ -101,9 +101,32 @@ def test_evaluate_equals_a_hand_computation_and_restores_modes():
     assert model.training and model[0].training and not model[2].training
 
 
-def test_the_progress_widget_carries_a_text_that_stays_true():
-    import ipywidgets
+def test_in_a_kernel_fit_shows_one_line_and_leaves_nothing_stored(monkeypatch):
+    """The line names the epoch, the batch and the last epoch's losses; make execute keeps only the cell's result."""
+    from pathlib import Path
 
-    bundle = training._WidgetWithText(ipywidgets.IntProgress(), "fit: 12 epochs")._repr_mimebundle_()
-    assert bundle["text/plain"] == "fit: 12 epochs"                      # what GitHub and nbconvert show
-    assert "application/vnd.jupyter.widget-view+json" in bundle          # what Jupyter shows, live
+    from nbclient import NotebookClient
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from nbhelpers._tools import notebook_tools
+
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    heard = []
+
+    class Listening(NotebookClient):
+        def process_message(self, msg, cell, cell_index):
+            heard.append(msg)
+            return super().process_message(msg, cell, cell_index)
+
+    nb = new_notebook(cells=[new_code_cell(
+        "import torch\nfrom torch import nn\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "from nbhelpers import training\nx = torch.randn(64, 2)\n"
+        "loader = DataLoader(TensorDataset(x, (x[:, 0] > 0).long()), batch_size=16)\nmodel = nn.Linear(2, 2)\n"
+        "len(training.fit(model, loader, loader, torch.optim.SGD(model.parameters(), lr=0.1), 2).epochs)")])
+    Listening(nb, timeout=120, kernel_name="python3").execute()
+    texts = [m["content"]["data"].get("text/plain", "") for m in heard if m["msg_type"] == "update_display_data"]
+    assert texts[0] == "fit (0 s)" and texts[1] == "fit: epoch 1/2, batch 1/4 (0 s)"
+    assert any(t.startswith("fit: epoch 2/2, batch 1/4; epoch 1: loss ") and ", val_acc " in t for t in texts)
+    assert texts[-1] == ""                                          # emptied when fit returns
+    notebook_tools.sanitize_outputs(nb)
+    assert [o.get("data", {}).get("text/plain") for o in nb.cells[0].outputs] == ["2"]   # nothing of the line

@@ -36,3 +36,21 @@ def test_a_view_keeps_the_models_it_refers_to():
     shown = [model for _, model in widget_state.displayed_models(_committed())]
     needed = widget_state.needed_models(state, shown)
     assert set(shown) < needed == set(state)               # each view's layout model too
+
+
+def test_make_execute_keeps_no_state_of_widgets_the_run_did_not_make(tmp_path, monkeypatch):
+    """A notebook whose cells stopped making a widget (03's training once showed a tqdm bar) stores none."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from nbhelpers._tools import notebook_tools
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    nb = new_notebook(cells=[new_code_cell("1 + 1")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["widgets"] = {widget_state.STATE: {"state": {"stale": {"model_name": "HBoxModel", "state": {}}},
+                                                   "version_major": 2, "version_minor": 0}}
+    path = tmp_path / "stale.ipynb"
+    nbformat.write(nb, path)
+    notebook_tools.execute_notebook(path)
+    assert "widgets" not in nbformat.read(path, as_version=4).metadata

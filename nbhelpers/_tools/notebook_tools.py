@@ -51,6 +51,9 @@ def execute_notebook(path: str | os.PathLike, timeout_s: int = 600) -> None:
     nb = nbformat.read(path, as_version=4)
     os.environ.pop("MPLBACKEND", None)  # kernels inherit it; 'agg' would drop every plot
     quiet_interpreter_notices(os.environ)
+    # nbclient writes widget state only when the run made a widget: a notebook that no longer makes one would keep
+    # the state of an earlier run's widgets, which no output shows
+    nb.metadata.pop("widgets", None)
     NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
                    resources={"metadata": {"path": str(path.parent)}},
                    store_widget_state=True, record_timing=False, allow_errors=False,
