@@ -87,10 +87,16 @@ def detached(where: str) -> str:
 
 
 def checkpoint(block: str) -> str:
-    name = block.split(".", 1)[1] if "." in block else block
-    call = f"self.{name}" if "." in block else "model"
+    """Checkpointing the block at `block` ("ResNet.layer1.0": `self.layer1[0]`) in its model's forward."""
+    parts = block.split(".")[1:]
+    call = _access("self", parts) if parts else "model"
     return (f"h = torch.utils.checkpoint.checkpoint({call}, h, use_reentrant=False)  # in forward, instead of "
             f"{call}(h): its activations are recomputed in backward, not kept")
+
+
+def _access(root: str, parts: list[str]) -> str:
+    """Python that reaches a submodule: ["layer1", "0"] -> `root.layer1[0]` (a Sequential's child is an index)."""
+    return root + "".join(f"[{p}]" if p.isdigit() else f".{p}" for p in parts)
 
 
 def saved(where: str) -> str:
@@ -111,7 +117,8 @@ def regime(verdict: str, device_type: str) -> str:
 
 
 def mode(wanted: str, call: str) -> str:
-    return f"model.{wanted}()  # sets every module" + (f"; or model.{call}.{wanted}() for this one" if call else "")
+    one = f"; or {_access('model', call.split('.'))}.{wanted}() for this one" if call else ""
+    return f"model.{wanted}()  # sets every module" + one
 
 
 def error(text: str, where: str) -> str:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from nbhelpers import diagnose, diagnosis_view, finding_rank, memory_findings, planted_models, step_leaks
+from nbhelpers import diagnose, diagnosis_view, finding_fixes, finding_rank, memory_findings, planted_models, step_leaks
 
 
 class BranchOnItem(nn.Module):
@@ -141,6 +141,15 @@ def test_every_kind_of_finding_says_what_to_change_as_python_code(diagnoses):
             assert f.fix.strip() and not f.fix.lstrip().startswith("#"), f
             seen.add(f.kind)
     assert seen == set(finding_rank.ORDER)
+
+
+@pytest.mark.parametrize("fix", [finding_fixes.checkpoint("ResNet.layer1.0"), finding_fixes.mode("eval", "layer1.0.bn1"),
+                                 finding_fixes.branch("elif h.mean().item() > 0.5 and x.sum() > 0:  # why"),
+                                 finding_fixes.register("total", "m.py:3: self.total = torch.zeros(()) [Net.total]")],
+                         ids=["checkpoint", "mode", "branch", "register"])
+def test_a_fix_reaches_a_child_by_index_and_drops_comments_and_paths(fix):
+    compile(fix, "<fix>", "exec")
+    assert "[Net.total]" not in fix and ".0" not in fix.split("#")[0].replace("0.5", "")
 
 
 def test_a_state_carried_into_the_next_step_is_found_as_retain_graph_would_keep_it(diagnoses):
