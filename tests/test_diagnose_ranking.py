@@ -198,3 +198,12 @@ def test_losses_kept_after_backward_with_retain_graph_keep_their_saved_tensors_a
     assert all(n >= 8 * 256 * 4 for n in growth.per_step)      # the tanh output each graph saved, at least
     (leak,) = memory_findings.leak(growth, finding_rank.Budget(10**6, 10**4))
     assert "retain_graph=True" in leak.evidence and leak.fix == "KEPT.append(loss.detach())"
+
+
+def test_a_layer_left_in_eval_mode_in_a_training_model_ranks_after_what_is_measured():
+    model = nn.Sequential(nn.Linear(4, 8), nn.Dropout(0.5), nn.Linear(8, 2))
+    model[1].eval()                                   # often meant (a frozen BatchNorm is): no cost, last tier
+    found = _run(model, torch.randn(6, 4)).findings
+    (mode,) = [f for f in found if f.kind == "mode"]
+    assert mode.maybe_meant and finding_rank.tier(mode) == 2 and mode.fix.startswith("model.train()")
+    assert found[0].cost is not None and found.index(mode) > 0        # what is measured comes first
