@@ -38,6 +38,10 @@ The map. Each module has one layer and imports only from its own layer and the l
 | step_lenses       | instrument | -                          | one step under every lens, each checked against torch |
 | step_leaks        | instrument | -                          | memory a step keeps across steps, and what holds it   |
 | findings          | instrument | 13                         | what a diagnosis found, ranked, with the evidence    |
+| finding_rank      | instrument | -                          | a finding, its measured cost, the rank, one a cause  |
+| finding_fixes     | instrument | -                          | what each finding says to change, as code            |
+| memory_findings   | instrument | -                          | the peak, a saved tensor, checkpoints, leaks         |
+| step_leaks        | instrument | -                          | what a step leaves to the next: growth, holders      |
 | compilation       | instrument | 05 06 11                   | backends, their cost, graph breaks, recompiles       |
 | compile_cache     | instrument | 05                         | what inductor's on-disk cache keeps                  |
 | compile_lens      | instrument | 05 11                      | what torch.compile built: graphs, breaks, guards     |

@@ -182,7 +182,7 @@ def _guards(tree: str) -> tuple[Guard, ...]:
 
 
 def _entries(records) -> tuple[Entry, ...]:
-    entries, guards, failed, call = {}, {}, {}, 0
+    entries, guards, failed, seconds, call = {}, {}, {}, {}, 0
     for metadata, payload in records:
         if "call" in metadata:
             call = metadata["call"]
@@ -195,7 +195,9 @@ def _entries(records) -> tuple[Entry, ...]:
         elif event == "recompile_reasons":        # one reason is logged as text, several as a JSON list
             reasons = json.loads(payload) if payload.startswith("[") else [payload]
             failed[key] = tuple(r.split("  #")[0].strip() for r in reasons)
-    return tuple(Entry(key, function, call, guards.get(key, ()), failed.get(key, ()))
+        elif event == "compilation_metrics":
+            seconds[key] = metadata["compilation_metrics"].get("entire_frame_compile_time_s") or 0.0
+    return tuple(Entry(key, function, call, guards.get(key, ()), failed.get(key, ()), seconds.get(key, 0.0))
                  for key, (function, call) in entries.items())
 
 
@@ -268,8 +270,9 @@ _FRAME = re.compile(r'^  File "(.+)", line (\d+), in .+\n    (.+)$', re.M)
 
 def _breaks(records, reasons) -> tuple[Break, ...]:
     """Every break log_graph_break traced, once per (gb_type, user line), in the order first met. The
-    user's line is the innermost frame outside torch (a break inside `optimizer.step()` is that line's)."""
-    known, torch_dir = registry(), compilation.TORCH_DIR
+    user's line is the innermost frame of the learner's code (user_code.learners: not torch, not this package's
+    machinery that called the model), so a break inside `optimizer.step()` is that line's."""
+    known = registry()
     explained = set()
     for reason in reasons:                        # the breaks a backend saw: explain's
         frame = reason.user_stack[-1]
@@ -283,7 +286,7 @@ def _breaks(records, reasons) -> tuple[Break, ...]:
         lines = (text.strip().removeprefix("Graph Break Reason: ") for text in head.splitlines())
         gb_type = next((text for text in lines if text in known), "")
         frames = _FRAME.findall(stack.split("\nTraceback (most recent call last):")[0])
-        user = [f for f in frames if not f[0].startswith(torch_dir) and f[0] != __file__]   # not torch's, not ours
+        user = [f for f in frames if user_code.learners(f[0])]   # not torch's, not this package's machinery
         file, lineno = at.group(1), int(at.group(2))
         key = (gb_type, *user[-1][:2]) if user else (gb_type, file, str(lineno))
         entry = found.setdefault(key, {"line": user[-1][2].strip() if user else "", "count": 0, "explain": False,

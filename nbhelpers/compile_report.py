@@ -50,6 +50,8 @@ class Entry:
     guards: tuple[Guard, ...]
     failed: tuple[str, ...]    # on a recompile: the guard each earlier entry failed, as Dynamo words it (what
     #                            compilation.watch_compiles().recompiles lists for a whole block)
+    seconds: float = 0.0       # the time Dynamo took to compile it, with the backend it was given
+    #                            (compilation_metrics' entire_frame_compile_time_s)
 
 
 @dataclass(frozen=True)

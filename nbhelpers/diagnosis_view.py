@@ -25,16 +25,15 @@ _HERE = Path(__file__).parent
 
 
 def summary(d, top: int = 5) -> str:
-    """The top findings, each with its evidence, place and lesson, then the agreements (what the CLI prints)."""
+    """The top findings, each with its evidence, place, lesson, cost, fix and the consequences of its cause, then
+    the agreements (what the CLI prints)."""
     arguments.require_positive("diagnosis_view.summary", "top", top)
     lines = [f"{d.model} on {', '.join(d.inputs)}: {d.step}"]
     if d.error:
         lines.append(f"the step raised {d.error}" + (f" at {d.error_where}" if d.error_where else ""))
     lines.append(f"top {min(top, len(d.findings))} of {len(d.findings)} findings:")
     for k, f in enumerate(d.findings[:top], 1):
-        lines.append(f"{k}. [{f.kind}] {f.title}")
-        lines.append(f"   {f.evidence}")
-        lines.append(f"   where: {f.where or '-'} · taught in {f.lesson}")
+        lines += _finding_lines(k, f)
     wrong = [a for a in d.agreements if not a.agrees]
     tools = ", ".join(sorted({a.tool for a in d.agreements}))
     if d.agreements:
@@ -45,6 +44,25 @@ def summary(d, top: int = 5) -> str:
     lines += [f"   disagrees: {a.name}: ours {a.ours:,}, {a.tool} {a.theirs:,}" for a in wrong]
     lines += [f"   not checked: {text}" for text in d.unchecked]
     return "\n".join(lines)
+
+
+def _finding_lines(k: int, f) -> list[str]:
+    """One finding as text: title, evidence, place, cost, the fix (as code) and the consequences of its cause."""
+    lines = [f"{k}. [{f.kind}] {f.title}", f"   {f.evidence}", f"   where: {f.where or '-'} · taught in {f.lesson}"]
+    if f.cost is not None:
+        lines.append(f"   cost: {f.cost}")
+    fix = f.fix.splitlines()
+    lines += [f"   fix: {fix[0]}"] + [f"        {more}" for more in fix[1:]] if fix else []
+    if f.consequences:
+        lines.append("   the same line also causes:")
+        lines += [f"   - [{c.kind}] {c.title}" + (f" ({c.cost})" if c.cost is not None else "") for c in f.consequences]
+    return lines
+
+
+def _finding_data(f, lessons: dict[str, str]) -> dict:
+    return {"kind": f.kind, "title": f.title, "evidence": f.evidence, "where": f.where, "lesson": f.lesson,
+            "notebook": lessons.get(f.notebook, ""), "cost": "" if f.cost is None else str(f.cost), "fix": f.fix,
+            "consequences": [_finding_data(c, lessons) for c in f.consequences]}
 
 
 def _graph_data(d):
@@ -91,9 +109,7 @@ def _data(d, lessons: dict[str, str]) -> dict:
     views = _widget_states(d)
     return {"title": f"Diagnosis of {d.model}", "subtitle": f"{', '.join(d.inputs)} · {d.step}",
             "error": f"the step raised {d.error}" + (f" at {d.error_where}" if d.error_where else "") if d.error else "",
-            "findings": [{"kind": f.kind, "title": f.title, "evidence": f.evidence, "where": f.where,
-                          "lesson": f.lesson, "notebook": lessons.get(f.notebook, "")}
-                         for f in d.findings],
+            "findings": [_finding_data(f, lessons) for f in d.findings],
             "agreements": [{"name": a.name, "ours": a.ours, "theirs": a.theirs, "tool": a.tool, "agrees": a.agrees}
                            for a in d.agreements],
             "unchecked": list(d.unchecked),

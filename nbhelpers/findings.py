@@ -1,75 +1,54 @@
 """What a diagnosis found, ranked: each finding has a kind, a one-line title, the evidence (numbers from the
-lenses), where in the learner's code, and the notebook that teaches it. `diagnose.run` measures; this module
-reads the measurements and the model's own state (devices, dtypes, train/eval flags, tensors kept as plain
-attributes) and decides what matters first.
+lenses), where in the learner's code (always a line of the learner's file where one makes it: never this package's
+or torch's), what to change as code, what it costs, measured, and the notebook that teaches it. `diagnose.run`
+measures; this module reads the measurements and the model's own state (devices, dtypes, train/eval flags, tensors
+kept as plain attributes) and decides what matters first.
 
-The rank is by kind, most urgent first: what stops the model (an error, a device mismatch), what changes its
-results (a layer in the wrong mode, a dtype it was not meant to run in), what torch.compile cannot do with it
-(recompiles on every new shape, graph breaks), then where memory and time go.
+The rank is finding_rank's: what is wrong first (what stops the model, changes its results or grows without
+bound), then what costs the most, measured (bytes as a share of the step's memory at its peak, seconds as a share of
+the step's time, a graph break by the share of the forward's ops it cuts off), then what no lens puts a number on;
+and one finding per cause, its consequences listed under it (one data-dependent branch: a graph break and two
+export failures). memory_findings builds the findings about memory.
 """
 from __future__ import annotations
 
+import inspect
 import math
+import re
 import traceback
 from collections import Counter
-from dataclasses import dataclass
 
 import torch
 
-from nbhelpers import module_scope, module_work, user_code
+from nbhelpers import finding_fixes, memory, memory_findings, module_scope, user_code
+from nbhelpers.finding_rank import LESSONS, NOTEBOOKS, ORDER, Budget, Cost, Finding, ranked, where_of
 
 __all__ = ["Finding", "LESSONS", "NOTEBOOKS", "ORDER", "rank"]
 
-LESSONS = {"error": "12 · error casebook", "device": "00 · environment", "mode": "03 · the sandwich model",
-           "leak": "08 · memory diagnosis",
-           "precision": "06 · mixed precision", "state": "10 · save and export", "recompile": "05 · torch.compile",
-           "graph-break": "05 · torch.compile", "export": "10 · save and export",
-           "saved-for-backward": "02 · autograd graph", "memory": "08 · memory diagnosis",
-           "checkpoint": "08 · memory diagnosis", "regime": "09 · profiling"}
-# The notebook file of each lesson, by its number: the report page links to it.
-NOTEBOOKS = {"00": "00_environment.ipynb", "02": "02_autograd_graph.ipynb", "03": "03_sandwich_model.ipynb",
-             "05": "05_compile_backends.ipynb", "06": "06_mixed_precision.ipynb", "08": "08_memory_diagnosis.ipynb",
-             "09": "09_profiling.ipynb", "10": "10_save_and_export.ipynb", "12": "12_error_casebook.ipynb"}
-
-# The rank, by kind: what stops the model, what changes its answers, what torch.compile cannot do with it, then
-# where memory and time go. Within a kind a finding moves by less than the gap to the next kind (_LIFT), so the
-# kinds keep this order; one exception, said where it is made: a module left in eval mode in a model in train mode
-# (often meant: a frozen BatchNorm) ranks as a saved-for-backward finding.
-ORDER = ("error", "device", "mode", "leak", "recompile", "precision", "graph-break", "state", "saved-for-backward",
-         "export", "memory", "checkpoint", "regime")
-_WEIGHT = {kind: 1.0 - 0.05 * k for k, kind in enumerate(ORDER)}
-_LIFT = 0.04
-# One saved tensor holding half of the saved activations at 32x the largest input or more is worth a finding of
-# its own: a pairwise (quadratic) intermediate is; a layer's output, a few times the input, is not.
-_SAVED_SHARE = 0.5
-_HUGE = 32
-
-
-@dataclass(frozen=True)
-class Finding:
-    kind: str
-    title: str
-    evidence: str
-    where: str = ""            # "resnet.py:268: x = self.conv1(x)", or a module path
-    weight: float = 0.0
-
-    @property
-    def lesson(self) -> str:
-        return LESSONS[self.kind]
-
-    @property
-    def notebook(self) -> str:
-        """The file name of the notebook that teaches it ("05_compile_backends.ipynb")."""
-        return NOTEBOOKS[self.lesson[:2]]
-
 
 def rank(model: torch.nn.Module, inputs: tuple, parts: dict) -> tuple[Finding, ...]:
-    """Every finding from the model's state and the measured `parts` of diagnose.run, most important first."""
+    """Every finding from the model's state and the measured `parts` of diagnose.run, most important first, one
+    per cause."""
+    budget = _budget(model, inputs, parts)
     found = [*_error(parts), *_devices(model, inputs), *_modes(model, parts.get("modes", ())), *_precision(model, parts),
-             *_hidden_state(model, inputs), *_compile(parts.get("compile"), parts.get("tracker")),
-             *_export(parts.get("export", ())), *_saved(parts), *_memory(parts), *_checkpoint(parts),
-             *_regime(parts.get("regime")), *_leak(parts.get("growth"))]
-    return tuple(sorted(found, key=lambda f: -f.weight))
+             *_hidden_state(model, inputs), *_compile(parts.get("compile"), parts.get("tracker"), budget),
+             *_export(parts.get("export", ())), *memory_findings.saved(parts, budget),
+             *memory_findings.peak(parts, budget), *memory_findings.checkpoint(parts, budget),
+             *_regime(model, parts.get("regime"), inputs), *memory_findings.leak(parts.get("growth"), budget)]
+    return ranked(found)
+
+
+def _budget(model, inputs, parts) -> Budget:
+    """The wholes the costs are shares of: the bytes the model and inputs hold plus the step's peak, the
+    parameters' bytes, the step's time."""
+    held = {}
+    for t in [t for _, t, _ in named_tensors(model)] + list(inputs):
+        for part in memory.dense_parts(t) if t.device.type != "meta" else ():
+            held[memory.storage_key(part)] = part.untyped_storage().nbytes()
+    tracker, regime = parts.get("tracker"), parts.get("regime")
+    return Budget(sum(held.values()) + (tracker.peak_bytes if tracker else 0),
+                  sum(_bytes(p) for p in model.parameters() if not p.is_meta),
+                  regime.seconds[0] if regime is not None and regime.seconds else 0.0)
 
 
 def error_text(error: BaseException) -> str:
@@ -78,26 +57,28 @@ def error_text(error: BaseException) -> str:
 
 
 def user_place(error: BaseException) -> str:
-    """The learner's innermost line in the traceback, as `file:line: text`, or ""."""
+    """The learner's innermost line where `error` was raised, as `file:line: text`, or "". Dynamo's errors (strict
+    export, fullgraph) carry the stack of the code they were tracing as `real_stack`: their traceback holds only
+    torch's frames and the caller's, so that stack comes first."""
+    for summary in reversed(getattr(error, "real_stack", None) or ()):
+        if user_code.learners(summary.filename):
+            return f"{user_code.place(summary.filename)}:{summary.lineno}: {(summary.line or '').strip()}"
     frames = [f for f, _ in traceback.walk_tb(error.__traceback__)]
     for frame in reversed(frames):
         found = user_code.caller(frame, stop=frame)
         if found is not None:
-            return _where(found)
+            return where_of(found)
     return ""
-
-
-def _where(frame: user_code.Frame | None) -> str:
-    return f"{frame.place}: {frame.text}" if frame is not None else ""
 
 
 def _error(parts: dict) -> list[Finding]:
     if not parts.get("error"):
         return []
     ops = len(parts["tracker"].events) if parts.get("tracker") else 0
+    where = parts.get("error_where", "")
     return [Finding("error", f"The step raised {parts['error']}",
-                    f"measured up to there: {ops} ops; the other lenses need a step that runs",
-                    parts.get("error_where", ""), _WEIGHT["error"])]
+                    f"measured up to there: {ops} ops; the other lenses need a step that runs", where,
+                    finding_fixes.error(parts["error"], where))]
 
 
 def named_tensors(model: torch.nn.Module):
@@ -128,10 +109,34 @@ def _devices(model, inputs) -> list[Finding]:
         return []
     path, where, how = away[0]
     listed = ", ".join(f"{p} ({how_}) on {d}" for p, d, how_ in away[:4]) + (" ..." if len(away) > 4 else "")
+    line = _defined(model, path)
     return [Finding("device", f"{len(away)} tensor(s) of the model are not on the inputs' device ({device}): "
                               f"{path} is on {where}",
                     f"{listed}; an op on tensors of two devices raises. model.to(device) moves parameters and "
-                    "buffers, never a plain attribute", path, _WEIGHT["device"])]
+                    "buffers, never a plain attribute", line, finding_fixes.device(path, how, line, str(device)))]
+
+
+def _defined(model, path: str) -> str:
+    """`file:line: text [path]`: the learner's line that makes the attribute `path` ("Net.fc.mask"), an assignment
+    to `self.mask` or a register_buffer/register_parameter/add_module("mask", ...) in its module's class (or a class
+    it inherits from); the path alone when no line of the learner's code does (an attribute of a torch class)."""
+    owner, _, attr = path.rpartition(".")
+    module = dict(_modules(model)).get(owner)
+    name = re.escape(attr)
+    made = re.compile(rf"self\.{name}\s*(?:,[^=]*)?=(?!=)|\.(?:register_buffer|register_parameter|add_module)"
+                      rf"\(\s*[\"']{name}[\"']")
+    for cls in type(module).__mro__ if module is not None else ():
+        try:
+            lines, first = inspect.getsourcelines(cls)
+            file = inspect.getsourcefile(cls)
+        except (TypeError, OSError):
+            continue
+        if not file or not user_code.learners(file):
+            continue
+        for k, line in enumerate(lines):
+            if made.search(line.split("#", 1)[0]):
+                return f"{user_code.place(file)}:{first + k}: {line.strip()} [{path}]"
+    return path
 
 
 _MODE_EFFECT = {"Dropout": "zeroes activations at random in train mode and does nothing in eval mode",
@@ -149,14 +154,14 @@ def _modes(model, effects) -> list[Finding]:
     e = differ[0]
     mode, wanted = ("train", "eval") if e.training else ("eval", "train")
     effect = next((text for name, text in _MODE_EFFECT.items() if name in e.kind), "its forward reads self.training")
-    weight = _WEIGHT["mode"] if e.training else _WEIGHT["saved-for-backward"]  # eval in training: often meant
     call = e.path.split(".", 1)[1] if "." in e.path else ""
     return [Finding("mode", f"{e.kind} {e.path} is in {mode} mode while the model is in {wanted} mode, and that "
                             "changes the outputs",
                     f"run in both modes on the same input and random numbers, the outputs differ by up to "
                     f"{e.change:.3g}; {e.kind} {effect}. {len(differ)} module(s) differ this way: "
                     f"{', '.join(d.path for d in differ[:4])}. Write `model.{wanted}()` (it sets every module)"
-                    + (f", or `model.{call}.{wanted}()`" if call else ""), e.path, weight)]
+                    + (f", or `model.{call}.{wanted}()`" if call else ""), _defined(model, e.path),
+                    finding_fixes.mode(wanted, call), maybe_meant=not e.training)]   # eval in training: often meant
 
 
 def _dominant_dtype(model) -> torch.dtype | None:
@@ -168,6 +173,8 @@ def _dominant_dtype(model) -> torch.dtype | None:
 
 
 def _precision(model, parts) -> list[Finding]:
+    """Tensors of the model in another floating dtype than most of its parameters, or ops that compute in float32
+    in a half-precision model."""
     dtype = _dominant_dtype(model)
     if dtype is None:
         return []
@@ -181,10 +188,21 @@ def _precision(model, parts) -> list[Finding]:
     head = (f"{odd[0][0]} ({odd[0][2]}) is {str(odd[0][1].dtype).removeprefix('torch.')} in a {short} model"
             if odd else f"{len(wider)} ops compute in float32 in a {short} model")
     kept = sum(_bytes(t) for _, t, _ in odd)
+    module = wider[0].modules[-1] if wider and wider[0].modules else ""
     evidence = (f"{len(odd)} tensor(s), {kept:,} B, not in {short}; " if odd else "") + \
         (f"{len(wider)} of the forward's {len(fg.ops)} ops return float32, the first {wider[0].op} in "
-         f"{wider[0].module}" if wider else "no op returns float32")
-    return [Finding("precision", head, evidence, odd[0][0] if odd else wider[0].module, _WEIGHT["precision"])]
+         f"{module or 'the forward'}" if wider else "no op returns float32")
+    if odd:
+        line = _defined(model, odd[0][0])
+        return [Finding("precision", head, evidence, line, finding_fixes.precision(odd[0][0], odd[0][2], line, short))]
+    return [Finding("precision", head, evidence, _line_of(parts.get("tracker"), wider[0].op, module) or module,
+                    finding_fixes.autocast(parts["inputs"][0].device.type, short))]
+
+
+def _line_of(tracker, op: str, module: str) -> str:
+    """The learner's line of the first forward op `op` that `module` ran, as memory.track saw it."""
+    return next((where_of(e.frame) for e in (tracker.events if tracker else ()) if e.frame and e.phase == "forward"
+                 and e.op == op and e.module == module), "")
 
 
 def _hidden_state(model, inputs) -> list[Finding]:
@@ -193,9 +211,11 @@ def _hidden_state(model, inputs) -> list[Finding]:
               and t.device == device and (not t.is_floating_point() or t.dtype == dtype)]
     if not hidden:
         return []
+    line = _defined(model, hidden[0][0])
     return [Finding("state", f"{hidden[0][0]} is a tensor kept as a plain attribute",
                     f"{len(hidden)} such tensor(s); model.to(), .half() and state_dict() skip them: "
-                    "register_buffer() makes them part of the model", hidden[0][0], _WEIGHT["state"])]
+                    "register_buffer() makes them part of the model", line,
+                    finding_fixes.register(hidden[0][0].rsplit(".", 1)[-1], line))]
 
 
 def _placed(places: dict[str, str], text: str) -> str:
@@ -203,26 +223,49 @@ def _placed(places: dict[str, str], text: str) -> str:
     return f"{places[text]}: {text}" if text in places else text
 
 
-def _compile(report, tracker) -> list[Finding]:
+def _compile(report, tracker, budget: Budget) -> list[Finding]:
     if report is None:
         return []
     places = {e.frame.text: e.frame.place for e in (tracker.events if tracker else ()) if e.frame}
-    found = [Finding("graph-break", f"graph break {b.code or '(no code)'}: {b.gb_type}",
-                     f"{b.explanation} (met {b.count} time(s) while compiling for 4 calls)" + (f"; inside torch at {b.where}"
-                                                                           if b.where else ""),
-                     f"{b.place}: {b.line}" if b.place else b.line, _WEIGHT["graph-break"] + 0.001 * min(b.count, 9))
-             for b in report.breaks]
+    found = [_graph_break(b, tracker, budget) for b in report.breaks]
     by_function: dict[str, list] = {}
     for e in report.entries:
         by_function.setdefault(e.function, []).append(e)
     for function, entries in by_function.items():
         if len(entries) > 2:           # the first recompile makes the changed size dynamic; more is a problem
-            last = entries[-1]
+            last, failed = entries[-1], entries[-1].failed[0] if entries[-1].failed else "?"
+            where = _placed(places, _growing_line(report, entries[-2].id, last.id))
+            cost = Cost(last.seconds, "s", budget.seconds, "the step's time") if budget.seconds and last.seconds \
+                else None
             found.append(Finding("recompile", f"{function} compiled {len(entries)} times for 4 batch sizes",
-                                 _recompile_evidence(last.failed[0] if last.failed else "?"),
-                                 _placed(places, _growing_line(report, entries[-2].id, last.id)),
-                                 _WEIGHT["recompile"]))
+                                 _recompile_evidence(failed) + (f"; each compile took {last.seconds:.2g} s (Dynamo "
+                                 "with a backend that compiles nothing: inductor takes longer)" if cost else ""),
+                                 where, finding_fixes.recompile(where, failed), cost))
     return found
+
+
+def _graph_break(b, tracker, budget: Budget) -> Finding:
+    """A graph break, costing the smaller of the two parts of the forward it splits (in ops: the compile lens runs
+    no compiled kernels, so it has no compiled time to split): what can no longer fuse with the rest."""
+    where = f"{b.place}: {b.line}" if b.place else b.line
+    forward = [e for e in tracker.events if e.phase == "forward"] if tracker else []
+    at = [k for k, e in enumerate(forward) if e.frame and e.frame.place == b.place] if b.place else []
+    before = at[0] + sum(1 for _ in _run(at)) if at else 0
+    cost = Cost(min(before, len(forward) - before), "ops", len(forward), "the forward's ops") if at else None
+    split = f"; it splits the forward's {len(forward)} ops into {before} before it and {len(forward) - before} after" \
+        if at else ""
+    return Finding("graph-break", f"graph break {b.code or '(no code)'}: {b.gb_type}",
+                   f"{b.explanation} (met {b.count} time(s) while compiling for 4 calls)"
+                   + (f"; inside torch at {b.where}" if b.where else "") + split, where,
+                   finding_fixes.graph_break(b.line, b.gb_type, b.hints), cost)
+
+
+def _run(indices: list[int]):
+    """The first run of consecutive indices: the ops of one pass over a line."""
+    for k, index in enumerate(indices):
+        if index != indices[0] + k:
+            return
+        yield index
 
 
 def _recompile_evidence(failed: str) -> str:
@@ -253,9 +296,29 @@ _EXPORT_WHY = {True: "strict export traces the forward with Dynamo into one grap
 
 
 def _export(results) -> list[Finding]:
+    failed = {r.strict for r in results if not r.ok}
     return [Finding("export", f"torch.export ({'strict' if r.strict else 'non-strict'}) fails: {r.error}",
-                    _EXPORT_WHY[r.strict], r.where, _WEIGHT["export"] - (0 if r.strict else 0.01))
+                    _EXPORT_WHY[r.strict], r.where, finding_fixes.export(True in failed, False in failed))
             for r in results if not r.ok]
+
+
+def _regime(model, regime, inputs) -> list[Finding]:
+    """How the step spends its time: an observation with no cost of its own, placed at the model's forward."""
+    if regime is None:
+        return []
+    return [Finding("regime", f"the step is {regime.verdict} on this machine", regime.evidence, _forward_line(model),
+                    finding_fixes.regime(regime.verdict, inputs[0].device.type))]
+
+
+def _forward_line(model) -> str:
+    """`file:line: def forward(...)` of the model's class, when it is the learner's code."""
+    forward = inspect.unwrap(type(model).forward)
+    try:
+        lines, first = inspect.getsourcelines(forward)
+        file = inspect.getsourcefile(forward)
+    except (TypeError, OSError):
+        return ""
+    return f"{user_code.place(file)}:{first}: {lines[0].strip()}" if file and user_code.learners(file) else ""
 
 
 def saved_by_module(graph, held: set[int]) -> dict[str, int]:
@@ -269,128 +332,6 @@ def saved_by_module(graph, held: set[int]) -> dict[str, int]:
                 if s.storage_ptr and s.storage_ptr not in held:
                     kept[s.storage_ptr] = max(kept.get(s.storage_ptr, 0), s.nbytes)
     return {path: sum(kept.values()) for path, kept in storages.items()}
-
-
-def _saved(parts) -> list[Finding]:
-    """One saved activation far larger than the model's inputs and most of what backward keeps: a tensor that
-    need not exist (an outer product, a broadcast made real) or that checkpointing should drop."""
-    graph, inputs = parts.get("graph"), parts.get("inputs", ())
-    if graph is None:
-        return []
-    owner, sizes = {}, {}
-    for n in graph.nodes:
-        for s in n.saved:
-            if s.storage_ptr and s.storage_ptr not in parts.get("held", ()):      # parameters cost nothing new
-                sizes[s.storage_ptr] = max(sizes.get(s.storage_ptr, 0), s.nbytes)
-                owner.setdefault(s.storage_ptr, (n, s))
-    total, largest_input = sum(sizes.values()), max((_bytes(t) for t in inputs), default=0)
-    if not sizes or not largest_input:
-        return []
-    ptr = max(sizes, key=sizes.get)
-    share, node, saved = sizes[ptr] / total, *owner[ptr]
-    if share < _SAVED_SHARE or sizes[ptr] < _HUGE * largest_input:
-        return []
-    return [Finding("saved-for-backward", f"{node.name} in {node.module} saves one tensor of {sizes[ptr]:,} B, "
-                                          f"{share:.0%} of the activations kept for backward",
-                    f"{saved.attr} {list(saved.shape)} {str(saved.dtype).removeprefix('torch.')}, "
-                    f"{sizes[ptr] / largest_input:.0f}x the largest input",
-                    _where(_made_at(parts, ptr)) or node.module, _WEIGHT["saved-for-backward"] + _LIFT * share)]
-
-
-def _made_at(parts, ptr: int) -> user_code.Frame | None:
-    """The learner's line whose op made the storage at `ptr`: the allocation alive when the graph was traced."""
-    tracker, at = parts.get("tracker"), parts.get("traced_at", -1)
-    for a in reversed(tracker.allocations if tracker else []):
-        if a.key == ptr and a.op_index <= at and (a.freed_at is None or a.freed_at > at):
-            return tracker.events[a.op_index].frame
-    return None
-
-
-def _memory(parts) -> list[Finding]:
-    tracker = parts.get("tracker")
-    if tracker is None or not tracker.events:
-        return []
-    peak = max(tracker.events, key=lambda e: e.live_bytes)
-    saved = sum(parts.get("saved_by_module", {}).get(p, 0) for p in _roots(parts))
-    parts_at_peak = _at(tracker, peak.index, parts.get("categories", {}))
-    biggest = ", ".join(f"{name} {n:,} B ({n / max(1, peak.live_bytes):.0%})" for name, n in parts_at_peak[:3])
-    return [Finding("memory", f"peak {tracker.peak_bytes:,} B of tensors made in the step, at op {peak.index} "
-                              f"({peak.phase}, {peak.module})",
-                    f"at the peak: {biggest}; {saved:,} B of activations are saved for backward at the end of the "
-                    "forward. A lower bound: no kernel workspaces, no allocator rounding", peak.module,
-                    _WEIGHT["memory"])]
-
-
-def _at(tracker, index: int, categories: dict[int, str]) -> list[tuple[str, int]]:
-    """Live bytes after op `index`, by what they are (gradients, optimizer state, else the phase that made them),
-    largest first."""
-    by: dict[str, int] = {}
-    for a in tracker.allocations:
-        if a.op_index <= index and (a.freed_at is None or a.freed_at > index):
-            name = (categories.get(a.key) if a.freed_at is None else None) or f"{a.phase} tensors"
-            by[name] = by.get(name, 0) + a.nbytes
-    return sorted(by.items(), key=lambda kv: -kv[1])
-
-
-def _roots(parts) -> list[str]:
-    graph = parts.get("graph")
-    return list(dict.fromkeys(n.modules[0] for n in graph.nodes if n.modules)) if graph else []
-
-
-def _checkpoint(parts) -> list[Finding]:
-    rows, tracker = parts.get("checkpoint", ()), parts.get("tracker")
-    if not rows or tracker is None or not tracker.peak_bytes or rows[0].freed_bytes < 0.1 * tracker.peak_bytes:
-        return []
-    r = rows[0]
-    step_flops = parts["work"][module_work.TOTAL].flops if parts.get("work") else 0
-    return [Finding("checkpoint", f"checkpointing {r.block} would free {r.freed_bytes:,} B held for backward "
-                                  f"(as much as {r.freed_bytes / tracker.peak_bytes:.0%} of the peak)",
-                    f"its nodes save {r.saved_bytes:,} B, checkpoint() keeps its inputs ({r.kept_bytes:,} B) and "
-                    f"runs its forward again: {r.recompute_flops:,} FLOPs"
-                    + (f", {r.recompute_flops / step_flops:.0%} of the step's" if step_flops else ""),
-                    r.block, _WEIGHT["checkpoint"])]
-
-
-def _leak(growth) -> list[Finding]:
-    """Memory that grows with every step, and what holds it (step_leaks names it from gc's referrers)."""
-    if growth is None or not growth.grows:
-        return []
-    live = ", ".join(f"{b:,}" for b in growth.live)
-    if not growth.holders:
-        return [Finding("leak", f"memory grows by {growth.per_step[-1]:,} B with every step",
-                        f"bytes alive after each of {len(growth.live)} steps: {live}; no tensor the steps made is "
-                        "held by the model, the optimizer or a module-level variable of your code (a C++ or "
-                        "closure reference holds it)", "", _WEIGHT["leak"])]
-    h = (growth.across or growth.holders)[0]
-    if h.spans > 1:
-        title = f"{h.path} keeps the autograd graph of every step: each step adds to it"
-        how = (f"its graph reaches into all {h.spans} steps run (a loss or output accumulated with its graph, "
-               f"`total += loss`): write `{_detached(h.where)}`, or accumulate `loss.item()`")
-    else:
-        title = f"memory grows by {growth.per_step[-1]:,} B with every step: {h.path} keeps {h.tensors} tensor(s)"
-        how = (f"{h.graphs} of them keep their autograd graph (their step's saved tensors) alive: write "
-               f"`{_detached(h.where)}` (`.item()` for a number), or clear {h.path} every step" if h.graphs else
-               f"clear {h.path} every step, or keep only what you need (`.item()`, a bounded deque)")
-    others = "".join(f"; also {o.path} ({o.tensors} tensors)" for o in growth.holders if o is not h)
-    return [Finding("leak", title, f"bytes alive after each of {len(growth.live)} steps: {live}; {how}{others}",
-                    h.where or h.path, _WEIGHT["leak"])]
-
-
-def _detached(where: str) -> str:
-    """The learner's accumulating line with `.detach()` on what it adds: `self.total = self.total + loss.detach()`."""
-    code = (where.split(": ", 1)[1] if ": " in where else "").split("#", 1)[0].strip()
-    if code.endswith(")") and ".append(" in code:
-        return code[:-1] + ".detach())"
-    if "+=" in code:
-        return f"{code}.detach()" if not code.endswith(".detach()") else code
-    return f"{code}.detach()" if "=" in code else "total = total + loss.detach()"
-
-
-def _regime(regime) -> list[Finding]:
-    if regime is None:
-        return []
-    return [Finding("regime", f"the step is {regime.verdict} on this machine", regime.evidence, "",
-                    _WEIGHT["regime"])]
 
 
 def blocks(model: torch.nn.Module) -> list[str]:

@@ -17,7 +17,7 @@ function pageModel(state) {                  // what anywidget's model offers a 
   };
 }
 
-function findingItem(list, f) {
+function findingItem(list, f) {             // a finding, its fix as code, and what else its line causes
   const item = document.createElement("li");
   const kind = document.createElement("span");
   kind.className = "kind";
@@ -25,14 +25,29 @@ function findingItem(list, f) {
   const title = document.createElement("strong");
   title.textContent = ` ${f.title}`;
   item.append(kind, title);
-  for (const [cls, text] of [["evidence", f.evidence], ["where", f.where ? `where: ${f.where}` : ""]]) {
+  const lines = [["evidence", f.evidence], ["where", f.where ? `where: ${f.where}` : ""],
+    ["cost", f.cost ? `cost: ${f.cost}` : ""]];
+  for (const [cls, text] of lines) {
     if (!text) continue;
     const line = document.createElement("div");
     line.className = cls;
     line.textContent = text;
     item.append(line);
   }
-  item.append(lessonLine(f));
+  if (f.fix) {
+    const fix = document.createElement("pre");
+    fix.className = "fix";
+    fix.textContent = f.fix;
+    item.append(fix);
+  }
+  if (f.consequences && f.consequences.length) {
+    const also = document.createElement("ul");
+    also.className = "consequences";
+    also.setAttribute("aria-label", "the same line also causes");
+    f.consequences.forEach((c) => findingItem(also, c));
+    item.append(also);
+  }
+  if (f.lesson) item.append(lessonLine(f));
   list.append(item);
 }
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import gc
 import inspect
 import sys
@@ -41,12 +42,17 @@ class Holder:
     graphs: int                # how many of them have a grad_fn: each keeps its step's saved tensors alive
     spans: int = 0             # how many of the steps its graphs reach back into: >1 is a graph kept across steps
     where: str = ""            # the learner's line that adds to it, "file.py:12: self.history.append(h)"
+    # how many of its graphs still hold the tensors they saved: backward ran with retain_graph=True (or not at all)
+    retained: int = 0
 
 
 @dataclass(frozen=True)
 class Growth:
     live: tuple[int, ...]      # bytes made in the steps and still alive after each step (gc collected)
     holders: tuple[Holder, ...]
+    # the steps ran backward(retain_graph=True): without it the second step's backward raised, as a tensor kept
+    # from the step before carried that step's (freed) graph into it
+    retained: bool = False
 
     @property
     def across(self) -> tuple[Holder, ...]:
@@ -64,9 +70,41 @@ class Growth:
         return bool(self.per_step) and all(d > 0 for d in self.per_step) or bool(self.across)
 
 
+_SECOND_TIME = "backward through the graph a second time"
+
+
 def across_steps(step, roots: dict, steps: int = 3) -> Growth:
     """Run `step()` `steps` times under memory.track; the live bytes after each, and who holds the tensors made
-    in them that are still alive (`roots`: {"model": module, "optimizer": ..., "loss_fn": ...})."""
+    in them that are still alive (`roots`: {"model": module, "optimizer": ..., "loss_fn": ...}).
+
+    When a step's backward raises "Trying to backward through the graph a second time" (a tensor the model keeps
+    carries the graph of the step before into this one: a recurrent state not detached), the steps run again as
+    the error tells the learner to, `step(retain_graph=True)`, from the model's tensors with no graph (as a
+    first step finds them), and `Growth.retained` says so: what that workaround keeps alive is the finding."""
+    try:
+        return _across(step, roots, steps)
+    except RuntimeError as error:
+        if _SECOND_TIME not in str(error):
+            raise
+    with _without_graphs(roots.get("model")):
+        return dataclasses.replace(_across(lambda: step(retain_graph=True), roots, steps), retained=True)
+
+
+@contextlib.contextmanager
+def _without_graphs(model):
+    """The tensors the model's modules keep as plain attributes, detached for the block and put back after."""
+    carried = [(vars(m), name, t) for _, m in _modules(model) for name, t in vars(m).items()
+               if isinstance(t, torch.Tensor) and t.grad_fn is not None and name not in _MODULE_OWN]
+    try:
+        for space, name, t in carried:
+            space[name] = t.detach()
+        yield
+    finally:
+        for space, name, t in carried:
+            space[name] = t
+
+
+def _across(step, roots: dict, steps: int) -> Growth:
     gc.collect()
     before = _Seen(_tensors())
     live, first, starts = [], None, []
@@ -118,8 +156,28 @@ def _holders(survivors: list, names: dict[int, tuple], starts: list[int]) -> tup
             found.setdefault(held[0], []).append(t)
             owners[held[0]] = held[1:]
     return tuple(sorted((Holder(path, len(ts), sum(map(_nbytes, ts)), sum(t.grad_fn is not None for t in ts),
-                                _spans(ts, starts), _adding_line(*owners[path])) for path, ts in found.items()),
+                                _spans(ts, starts), _adding_line(*owners[path]), sum(map(_still_saved, ts)))
+                         for path, ts in found.items()),
                         key=lambda h: (-h.spans, -h.graphs, -h.nbytes)))
+
+
+def _still_saved(t: torch.Tensor, limit: int = 256) -> bool:
+    """Whether a node of `t`'s graph (the first `limit`) still holds a tensor it saved: reading a `_saved_*`
+    attribute raises once backward freed it (torch/csrc/autograd/saved_variable.cpp, ERR_BACKWARD_TWICE)."""
+    seen, todo = set(), [t.grad_fn]
+    while todo and len(seen) < limit:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for attr in (a for a in dir(node) if a.startswith("_saved_")):
+            try:
+                if isinstance(getattr(node, attr), torch.Tensor):
+                    return True
+            except RuntimeError:          # freed by a backward without retain_graph
+                break
+        todo += [n for n, _ in node.next_functions]
+    return False
 
 
 def _spans(tensors: list, starts: list[int]) -> int:

@@ -186,14 +186,14 @@ class Step:
         target = None if self.target is None else model_call.Call((self.target,), {}).at(size).args[0]
         return Step(self.model, self.call.at(size), target, self.loss_fn, self.optimizer, self.lens)
 
-    def __call__(self) -> None:
+    def __call__(self, retain_graph: bool = False) -> None:
         if not self.training:
             with torch.no_grad():
                 self.forward()
             return
         if self.optimizer is not None:
             self.optimizer.zero_grad(set_to_none=True)
-        self.loss(self.forward()).backward()
+        self.loss(self.forward()).backward(retain_graph=retain_graph)
         if self.optimizer is not None:
             self.optimizer.step()
 
