@@ -23,7 +23,9 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
-__all__ = ["Line", "line", "in_kernel", "run", "empty_outputs_dropped"]
+# in_kernel and empty_outputs_dropped serve this package's own tools (make execute, the lab's save hook), not
+# a notebook: module attributes, outside __all__.
+__all__ = ["Line", "line", "run"]
 
 MIN_INTERVAL_S = 0.5   # a redraw of the line at most this often: each is a message to every front end
 

@@ -183,7 +183,8 @@ def _with_fake_make(tmp_path: Path, command: list[str], **env) -> list[tuple[str
     (tmp_path / "bin" / "make").write_text(FAKE_MAKE)
     (tmp_path / "bin" / "make").chmod(0o755)
     inherited = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "MAKE", "MFLAGS")) and k not in
-                 {"PYTEST_ARGS", "PYTHONS", "CI_STARTED", "DURATIONS"}}     # make test hands PYTEST_ARGS down
+                 {"PYTEST_ARGS", "PYTHONS", "CI_STARTED", "DURATIONS", "REQUIRE_BROWSER", "REQUIRE_SITE"}}
+    # make test hands PYTEST_ARGS down; CI's own test step sets REQUIRE_*, which the steps must set themselves
     env = {**inherited, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
            "MAKE_LOG": str(tmp_path / "make.log"), "CHROMIUM": sys.executable, **env}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
