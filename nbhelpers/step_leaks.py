@@ -116,12 +116,23 @@ def _across(step, roots: dict, steps: int) -> Growth:
             live.append(tracker.live_bytes)
             if k == 0:
                 first = _Seen(t for t in _tensors() if t not in before)
-    # new since the first step, or older and given a graph since (`total += loss` into a tensor kept from before)
-    survivors = [t for t in _tensors() if (t not in before and t not in first) or (t in before and _grown(t, starts))]
+    # new since the first step, or older and given a graph since (`total += loss` into a tensor kept from before);
+    # the gradients the last step set are new too, and held where no referrer search can see (C++): one per
+    # parameter is not growth, and leaving them out spares a search of the whole heap per gradient (8 s of 8.4
+    # on ResNet-18)
+    grads = _Seen(_gradients(roots))
+    survivors = [t for t in _tensors() if t not in grads and (
+        (t not in before and t not in first) or (t in before and _grown(t, starts)))]
     try:
         return Growth(tuple(live), _holders(survivors, _named(roots), starts))
     finally:
         del survivors
+
+
+def _gradients(roots: dict) -> list[torch.Tensor]:
+    model, loss_fn = roots.get("model"), roots.get("loss_fn")
+    modules = [m for m in (model, loss_fn) if isinstance(m, torch.nn.Module)]
+    return [p.grad for m in modules for p in m.parameters() if p.grad is not None]
 
 
 def _grown(t: torch.Tensor, starts: list[int]) -> bool:
