@@ -28,7 +28,7 @@ LAB_FLAGS := --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) --ServerApp.port_
 	--LabApp.extension_manager=readonly $(ROOT_FLAG) \
 	--ServerApp.contents_manager_class=nbhelpers._tools.lab_contents.ViewKeepingContentsManager
 
-.PHONY: setup lab test check inductor-cache inductor-cache-dir durations matrix coverage execute html doctor claims index trace clean
+.PHONY: setup lab test check inductor-cache inductor-cache-dir durations menagerie matrix coverage execute html doctor claims index trace clean
 setup: $(STAMP)
 
 # Each phase says what it does and when (seconds since the set-up began). pip runs without -q, so that a
@@ -43,8 +43,8 @@ $(STAMP): pyproject.toml
 	else $(call SAY,setup) "1/3 creating $(VENV) with $$($(PYTHON) --version 2>&1)"; $(PYTHON) -m venv $(VENV); fi; \
 	$(call SAY,setup) "2/3 installing $(TORCH_PINS) $(TORCH_SOURCE)"; \
 	$(PY) -m pip install $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL)) $(TORCH_PINS) $(PIP_QUIET); \
-	$(call SAY,setup) "3/3 installing the rest of the pinned set (pyproject.toml, with the test extra)"; \
-	$(PY) -m pip install -e '.[test]' $(PIP_QUIET); \
+	$(call SAY,setup) "3/3 installing the rest of the pinned set (pyproject.toml, with the test and models extras)"; \
+	$(PY) -m pip install -e '.[test,models]' $(PIP_QUIET); \
 	touch $@; $(call SAY,setup) "$(VENV) is ready"
 
 # JupyterLab's widget manager stores widget state in a notebook it saves only when its saveState setting is
@@ -102,6 +102,13 @@ BASE ?= main
 check: $(STAMP) inductor-cache
 	$(VENV)/bin/ruff check nbhelpers tests conftest.py claims
 	$(PY) -m tests.quick_check --base $(BASE) -- $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+
+# Every instrument against PyTorch's own tool on 200-odd real architectures (torchvision, timm, Hugging Face), one
+# process per model, two at a time; menagerie/README.md is the table (tests/menagerie.py). Not part of `make test`
+# (hours on 2 cores; tests/test_menagerie.py runs a sample). Resumes: models already in the report are skipped;
+# MENAGERIE_ARGS="--again" reruns them, "--only timm/resnet18 ..." picks some.
+menagerie: $(STAMP)
+	$(PY) -m tests.menagerie $(MENAGERIE_ARGS)
 
 # Where the suite's time goes: make test's pytest run with tests/durations.py, its table in tests/durations.md
 # (by notebook, by test file, fixed waits, who executes each notebook how often).

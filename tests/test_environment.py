@@ -26,7 +26,7 @@ def _requirements() -> list[Requirement]:
 
 
 def _optional() -> set[str]:
-    """The models extra: `make setup` does not install it, and its tests skip without it."""
+    """The models extra: `make setup` installs it; a venv without it (`pip install -e .`) skips its tests."""
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     return {Requirement(spec).name for spec in extras["models"]}
 

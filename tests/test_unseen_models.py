@@ -23,11 +23,11 @@ import pytest
 import torch
 import torchvision
 from torch import nn
-from torch.autograd.function import BackwardCFunction
 from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import FlopCounterMode
 
 from nbhelpers import autograd_graph, eager_only, memory, memory_agreement, module_scope, profiling
+from tests.menagerie import independent_walk, saved_bytes_read_directly
 
 
 class _Square(torch.autograd.Function):
@@ -193,43 +193,16 @@ def _loss(model, x):
     return _forward(model, x).float().pow(2).mean()
 
 
-def _independent_walk(root):
-    nodes, edges, stack = set(), 0, [root]
-    while stack:
-        fn = stack.pop()
-        if fn in nodes:
-            continue
-        nodes.add(fn)
-        for nxt, _ in fn.next_functions:
-            if nxt is not None:
-                edges += 1
-                stack.append(nxt)
-    return nodes, edges
-
-
-def _saved_bytes_read_directly(fn) -> int:
-    total = 0
-    for attr in dir(fn):
-        # a custom Function's node keeps ctx.save_for_backward's tensors as saved_tensors
-        if attr.startswith("_saved_") or (attr == "saved_tensors" and isinstance(fn, BackwardCFunction)):
-            value = getattr(fn, attr)
-            for v in value if isinstance(value, (tuple, list)) else [value]:
-                if isinstance(v, torch.Tensor):
-                    total += v.numel() * v.element_size()
-    wrapped = getattr(fn, "_wrapped_node", None)           # CopySlices keeps the in-place op's node
-    return total + (_saved_bytes_read_directly(wrapped) if wrapped is not None else 0)
-
-
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_the_trace_equals_an_independent_walk_and_the_saved_attributes(name):
     model, x = _build(name)
     loss = _loss(model, x)
     graph = autograd_graph.trace(loss, module=model)
-    nodes, edges = _independent_walk(loss.grad_fn)
+    nodes, edges = independent_walk(loss.grad_fn)
     assert len(graph.nodes) == len(nodes) and len(graph.edges) == edges
     if name != "checkpointed":          # checkpointing's saved tensors are _Holders the trace reports as packed
         traced = sum(s.nbytes for n in graph.nodes for s in n.saved)
-        assert traced == sum(_saved_bytes_read_directly(fn) for fn in nodes)
+        assert traced == sum(saved_bytes_read_directly(fn) for fn in nodes)
 
 
 @pytest.mark.parametrize("name", ARCHITECTURES)

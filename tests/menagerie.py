@@ -1,0 +1,290 @@
+"""`make menagerie`: every instrument against PyTorch's own tool on real architectures (tests/menagerie_models.py).
+
+    python -m tests.menagerie [--only NAME ...] [--jobs 2] [--timeout 900] [--again] [--out menagerie]
+
+Per model, five lenses, each with the oracle that does not share its code:
+- `trace`: autograd_graph.trace of the loss against a walk of `grad_fn.next_functions` written here (nodes,
+  edges) and each node's `_saved_*` attributes read directly (bytes);
+- `forward_graph`: forward_graph.trace's ops against a TorchDispatchMode that records each op's name and its
+  outputs' shapes, dtypes and strides;
+- `memory`: memory.track at the step's peak, category by category, against torch's MemTracker
+  (memory_agreement.against_memtracker);
+- `work`: profiling.work's FLOPs against FlopCounterMode's; where FlopCounterMode counts 0 (CPU attention, fused
+  eval paths) profiling.work adds an analytic count, reported beside and not part of the comparison;
+- `diagnose`: diagnose.run on the same call; agrees when every number in its `agreements` does, and names the
+  lenses it lists in `unchecked`.
+
+Each lens says `agrees`, `disagrees` (with the numbers), `cannot see` (the instrument's own refusal, with its
+reason) or `fails` (any other exception: a bug of ours, with the error). Each model runs in a process of its own
+with a timeout; results go to menagerie/report.json as they come (a rerun skips those there unless --again) and
+the table to menagerie/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+import warnings
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from tests.menagerie_report import LENSES
+
+REPO = Path(__file__).resolve().parents[1]
+
+# An instrument's own refusals: what it says it cannot see (the README's instrument table lists them).
+CANNOT_SEE = ("MemTracker cannot follow sparse tensors",)
+
+
+# --- one model, in this process ------------------------------------------------------------------------------------
+
+def measure(entry) -> dict:
+    """Every lens on one model; a dict for the report."""
+    import torch
+    start = time.perf_counter()
+    try:
+        built = entry.build()
+    except Exception as error:  # noqa: BLE001 - a model that does not build here is reported, not counted
+        return {"name": entry.name, "family": entry.family, "builds": False, "error": _short(error)}
+    row = {"name": entry.name, "family": entry.family, "builds": True, "input": built.input,
+           "parameters": sum(p.numel() for p in built.model.parameters()),
+           "build_s": round(time.perf_counter() - start, 2), "lenses": {}}
+    for lens in LENSES:
+        begun = time.perf_counter()
+        torch.manual_seed(0)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                status, detail = globals()[f"_{lens}"](entry.build())    # each lens on a fresh model
+        except Exception as error:  # noqa: BLE001 - reported per lens: a refusal it documents, or a bug
+            said = _short(error)
+            status, detail = ("cannot see", said) if any(c in said for c in CANNOT_SEE) else ("fails", said)
+        row["lenses"][lens] = {"status": status, "detail": detail, "s": round(time.perf_counter() - begun, 2)}
+    row["s"] = round(time.perf_counter() - start, 2)
+    return row
+
+
+def _short(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}".strip().splitlines()[0]
+    where = traceback.extract_tb(error.__traceback__)
+    return (text[:300] + (f" (at {Path(where[-1].filename).name}:{where[-1].lineno})" if where else ""))
+
+
+def _trace(built) -> tuple[str, str]:
+    from nbhelpers import autograd_graph
+    loss = built.loss(built.output())
+    graph = autograd_graph.trace(loss, module=built.model)
+    nodes, edges = independent_walk(loss.grad_fn)
+    ours = (len(graph.nodes), len(graph.edges))
+    theirs = (len(nodes), edges)
+    packed = {s.packed for n in graph.nodes for s in n.saved} - {None, ""}
+    traced_bytes = sum(s.nbytes for n in graph.nodes for s in n.saved)
+    read_bytes = sum(saved_bytes_read_directly(fn) for fn in nodes)
+    detail = f"{ours[0]} nodes, {ours[1]} edges, {traced_bytes:,} saved bytes"
+    if ours != theirs:
+        return "disagrees", f"nodes, edges: trace {ours}, walk {theirs}"
+    if traced_bytes != read_bytes and not packed:
+        return "disagrees", f"saved bytes: trace {traced_bytes:,}, read directly {read_bytes:,}"
+    if traced_bytes != read_bytes:
+        return "agrees", detail + f" (bytes not compared: saves packed by {sorted(packed)})"
+    return "agrees", detail
+
+
+def independent_walk(root) -> tuple[set, int]:
+    nodes, edges, stack = set(), 0, [root]
+    while stack:
+        fn = stack.pop()
+        if fn in nodes:
+            continue
+        nodes.add(fn)
+        for nxt, _ in fn.next_functions:
+            if nxt is not None:
+                edges += 1
+                stack.append(nxt)
+    return nodes, edges
+
+
+def saved_bytes_read_directly(fn) -> int:
+    import torch
+    from torch.autograd.function import BackwardCFunction
+    total = 0
+    for attr in dir(fn):
+        if attr.startswith("_saved_") or (attr == "saved_tensors" and isinstance(fn, BackwardCFunction)):
+            try:
+                value = getattr(fn, attr)
+            except RuntimeError:              # freed or packed by hooks: nothing to read
+                continue
+            for v in value if isinstance(value, (tuple, list)) else [value]:
+                if isinstance(v, torch.Tensor):
+                    total += v.numel() * v.element_size()
+    wrapped = getattr(fn, "_wrapped_node", None)
+    return total + (saved_bytes_read_directly(wrapped) if wrapped is not None else 0)
+
+
+def _forward_graph(built) -> tuple[str, str]:
+    from nbhelpers import forward_graph
+    with _Outputs() as seen:
+        built.output()
+    torch_seed()
+    fg = forward_graph.trace(built.model, *built.args, **built.kwargs)
+    if fg.error is not None:
+        return "fails", f"forward raised under the trace: {_short(fg.error)}"
+    ours = [(op.op, [(o.shape, o.dtype, o.stride) for o in op.outputs]) for op in fg.ops]
+    if ours != seen.ops:
+        first = next((i for i, (a, b) in enumerate(zip(ours, seen.ops)) if a != b), min(len(ours), len(seen.ops)))
+        return "disagrees", (f"ops: trace {len(ours)}, dispatch {len(seen.ops)}; first difference at op {first}: "
+                             f"{ours[first][0] if first < len(ours) else '-'} vs "
+                             f"{seen.ops[first][0] if first < len(seen.ops) else '-'}")
+    return "agrees", f"{len(ours)} ops, each op's outputs' shapes, dtypes and strides"
+
+
+def torch_seed() -> None:
+    import torch
+    torch.manual_seed(0)
+
+
+class _Outputs:
+    """The oracle of forward_graph: each op's name and its outputs' shape, dtype and stride."""
+
+    def __new__(cls):
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_flatten
+
+        class Outputs(TorchDispatchMode):
+            def __init__(self):
+                super().__init__()
+                self.ops = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                import torch
+                out = func(*args, **(kwargs or {}))
+                tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+                self.ops.append((str(func), [(tuple(t.shape), str(t.dtype).removeprefix("torch."),
+                                              tuple(t.stride()) if t.layout == torch.strided else ())
+                                             for t in tensors]))
+                return out
+        return Outputs()
+
+
+def _memory(built) -> tuple[str, str]:
+    import torch
+
+    from nbhelpers import memory_agreement
+    optimizer = torch.optim.SGD(built.model.parameters(), lr=0.01)
+
+    def step():
+        built.loss(built.output()).backward()
+        optimizer.step()
+
+    rows = memory_agreement.against_memtracker(step, built.model, optimizer)
+    wrong = [r for r in rows if not r.agrees]
+    if wrong:
+        return "disagrees", "; ".join(f"{r.category}: MemTracker {r.memtracker:,}, ours {r.ours:,} + "
+                                      f"{r.accounted:,} ({r.accounted_for})" for r in wrong)
+    peak = sum(r.memtracker for r in rows)
+    return "agrees", f"{len(rows)} categories at the peak, {peak:,} bytes"
+
+
+def _work(built) -> tuple[str, str]:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from nbhelpers import profiling
+    official = FlopCounterMode(display=False)
+    with official:
+        built.loss(built.output()).backward()
+    torch_seed()
+    counted = profiling.work(lambda: built.loss(built.output()).backward())
+    theirs, ours = official.get_total_flops(), counted.flops - counted.added_flops
+    if ours != theirs:
+        return "disagrees", f"FLOPs: ours {ours:,}, FlopCounterMode {theirs:,}"
+    added = f"; plus {counted.added_flops:,} counted analytically where FlopCounterMode counts 0" \
+        if counted.added_flops else ""
+    return "agrees", f"{theirs:,} FLOPs{added}"
+
+
+def _diagnose(built) -> tuple[str, str]:
+    from nbhelpers import diagnose
+    d = diagnose.run(built.model, args=built.args, kwargs=built.kwargs, target=built.target, loss_fn=built.loss_fn)
+    wrong = [a for a in d.agreements if not a.agrees]
+    calls = sum(d.forward_calls.values())
+    top = d.findings[0].title if d.findings else "no finding"
+    slowest = sorted(d.seconds.items(), key=lambda kv: -kv[1])[:3]
+    said = (f"{len(d.agreements)} agreements, {calls} forward calls; slowest lenses: "
+            + ", ".join(f"{name} {s:.1f} s" for name, s in slowest) + f"; top finding: {top}")
+    if d.unchecked:
+        said += "; cannot see: " + "; ".join(d.unchecked)
+    if wrong:
+        return "disagrees", "; ".join(f"{a.name}: ours {a.ours:,}, {a.tool} {a.theirs:,}" for a in wrong) + \
+            " | " + said
+    if d.unchecked:
+        return "cannot see", said
+    return "agrees", said
+
+
+# --- many models, one process each -----------------------------------------------------------------------------
+
+def _child(name: str) -> None:
+    from tests import menagerie_models
+    print(json.dumps(measure(menagerie_models.by_name()[name])))
+
+
+def _run_one(name: str, timeout: float, threads: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
+    start = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, "-m", "tests.menagerie", "--child", name], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:          # subprocess.run kills the child and waits for it
+        return {"name": name, "builds": True, "timed_out": True, "s": round(time.perf_counter() - start, 1),
+                "error": f"no result in {timeout:.0f} s (killed)"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
+        return {"name": name, "builds": True, "crashed": True, "error": f"exit {done.returncode}: {tail}"}
+    return json.loads(lines[-1])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.menagerie", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", nargs="*", help="these models (names as in the report)")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per model")
+    parser.add_argument("--again", action="store_true", help="rerun models already in the report")
+    parser.add_argument("--out", type=Path, default=REPO / "menagerie")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(args.child)
+        return 0
+    from tests import menagerie_models, menagerie_report
+    if not menagerie_models.extras_installed():
+        print("menagerie: timm and transformers are missing; install the extra: "
+              ".venv/bin/pip install -e '.[models]' (make menagerie does)", file=sys.stderr)
+        return 2
+    names = [e.name for e in menagerie_models.entries()]
+    unknown = sorted(set(args.only or ()) - set(names))
+    if unknown:
+        print(f"menagerie: no model named {unknown}; names look like {names[0]!r}, {names[-1]!r}", file=sys.stderr)
+        return 2
+    report = menagerie_report.load(args.out)
+    todo = [n for n in (args.only or names) if args.again or n not in report]
+    threads = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2) // args.jobs)
+    print(f"menagerie: {len(todo)} models to run ({len(report)} in the report), {args.jobs} at a time", flush=True)
+    with ThreadPoolExecutor(args.jobs) as pool:
+        running = [pool.submit(_run_one, name, args.timeout, threads) for name in todo]
+        for i, done in enumerate(as_completed(running), 1):
+            row = done.result()
+            report[row["name"]] = row
+            menagerie_report.save(report, args.out, [e.name for e in menagerie_models.entries()])
+            print(f"[{i}/{len(todo)}] {menagerie_report.one_line(row)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(BrokenPipeError):
+        sys.exit(main())

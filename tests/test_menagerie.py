@@ -1,0 +1,37 @@
+"""A sample of `make menagerie` in `make test`: twelve architectures, three sources, every lens run again here.
+
+Each lens must say what the committed report (menagerie/report.json) says for the model, and none may fail with
+an error of ours: the report is reproducible, and a change that breaks an instrument on a real model is caught
+here before the next `make menagerie`. The sample: the smallest models of each source, and one of each kind that
+the others are not (segmentation; an encoder-decoder and a mixture of experts called with keyword batches).
+"""
+import pytest
+
+from tests import menagerie, menagerie_models, menagerie_report
+
+pytest.importorskip("timm")
+pytest.importorskip("transformers")
+
+SAMPLE = (
+    "torchvision/squeezenet1_1", "torchvision/shufflenet_v2_x0_5", "torchvision/mobilenet_v3_small",
+    "torchvision/lraspp_mobilenet_v3_large",
+    "timm/test_vit", "timm/test_convnext", "timm/test_efficientnet", "timm/mobilenetv3_small_050",
+    "transformers/gpt2", "transformers/bert", "transformers/t5", "transformers/mixtral",
+)
+REPORT = menagerie_report.load(menagerie.REPO / "menagerie")
+
+
+def test_the_sample_is_twelve_models_of_the_three_sources():
+    names = {e.name for e in menagerie_models.entries()}
+    assert len(SAMPLE) >= 12 and set(SAMPLE) <= names
+    assert {name.split("/")[0] for name in SAMPLE} == {"torchvision", "timm", "transformers"}
+
+
+@pytest.mark.slow                   # 10-35 s each: make check leaves them to make test
+@pytest.mark.parametrize("name", SAMPLE)
+def test_each_lens_says_what_the_committed_report_says(name):
+    row = menagerie.measure(menagerie_models.by_name()[name])
+    assert name in REPORT, f"{name} is not in menagerie/report.json: run make menagerie MENAGERIE_ARGS='--only {name}'"
+    said = {lens: row["lenses"][lens]["status"] for lens in menagerie_report.LENSES}
+    assert "fails" not in said.values(), {lens: row["lenses"][lens]["detail"] for lens in said}
+    assert said == {lens: REPORT[name]["lenses"][lens]["status"] for lens in said}, row
