@@ -134,7 +134,7 @@ def _capture(fn, calls, dynamic, kernels) -> CompileReport:
         found = _kernels(graphs[0]["gm"], graphs[0]["inputs"], fx[0]) if kernels and graphs else ()
     finally:
         torch.compiler.reset()
-    return CompileReport(fx, _breaks(records, reasons), found, _entries(records))
+    return CompileReport(fx, _breaks(records, reasons, {g["entry"] for g in graphs}), found, _entries(records))
 
 
 @contextlib.contextmanager
@@ -264,20 +264,25 @@ def _module_path(source: str, root: tuple[str, tuple[str, ...]]) -> str:
 # A reason the backend gets that is not a Gb_type: torch/_dynamo/symbolic_convert.py's generic_jump raises
 # Unsupported("Data-dependent branching", ...) but hands the backend the reason "generic_jump <value>".
 _ALIASES = {"generic_jump": "Data-dependent branching"}
+# A break inside a function Dynamo inlined ends the graph at the caller's line, with this reason and that frame
+# (torch/_dynamo/symbolic_convert.py, step_graph_break): explain lists it there, the log at the inner line.
+_STEP = "step_unsupported"
 _BREAK_AT = re.compile(r"Graph break in user code at (.+):(\d+)\n")
 _FRAME = re.compile(r'^  File "(.+)", line (\d+), in .+\n    (.+)$', re.M)
 
 
-def _breaks(records, reasons) -> tuple[Break, ...]:
+def _breaks(records, reasons, compiled: set[str]) -> tuple[Break, ...]:
     """Every break log_graph_break traced, once per (gb_type, user line), in the order first met. The
     user's line is the innermost frame of the learner's code (user_code.learners: not torch, not this package's
     machinery that called the model), so a break inside `optimizer.step()` is that line's."""
     known = registry()
-    explained = set()
+    explained, stepped = set(), set()
     for reason in reasons:                        # the breaks a backend saw: explain's
         frame = reason.user_stack[-1]
         gb_type = reason.reason.strip().splitlines()[0]
         explained.add((_ALIASES.get(gb_type.split()[0], gb_type), frame.filename, frame.lineno))
+        if gb_type == _STEP:
+            stepped.add((frame.filename, frame.lineno))
     found: dict[tuple, dict] = {}
     for metadata, payload in records:
         if _event(metadata) != "dynamo_graph_break_reason" or not (at := _BREAK_AT.match(payload or "")):
@@ -292,11 +297,14 @@ def _breaks(records, reasons) -> tuple[Break, ...]:
         entry = found.setdefault(key, {"line": user[-1][2].strip() if user else "", "count": 0, "explain": False,
                                        "place": f"{user_code.place(user[-1][0])}:{user[-1][1]}" if user else "",
                                        "entry": _record_entry(metadata), **_explained_as(head, known.get(gb_type)),
-                                       "where": compilation.place_in_torch(file, lineno)})
+                                       "where": compilation.place_in_torch(file, lineno), "ended": set()})
         entry["count"] += 1
-        entry["explain"] |= (gb_type, file, lineno) in explained
+        if _record_entry(metadata) in compiled:
+            entry["ended"].add(_record_entry(metadata))
+        entry["explain"] |= (gb_type, file, lineno) in explained or any((f, int(n)) in stepped for f, n, _ in frames)
     return tuple(Break(known.get(gb, {}).get("code", ""), gb, e["line"], e["count"], e["explanation"], e["hints"],
-                       e["where"], e["explain"], e["entry"], e["place"]) for (gb, *_), e in found.items())
+                       e["where"], e["explain"], e["entry"], e["place"], len(e["ended"]))
+                 for (gb, *_), e in found.items())
 
 
 _EXPLANATION = re.compile(r"^  Explanation: (.*?)(?=^  Hint: |^\s*$|\Z)", re.M | re.S)

@@ -1,6 +1,7 @@
 """nbhelpers.compile_lens: Dynamo's graphs, deduplicated breaks with their registry codes, kernels linked to
 FX nodes and lines, checked against torch._dynamo.explain; bad input."""
 import contextlib
+import logging
 import io
 
 import pytest
@@ -346,3 +347,39 @@ def test_recompiles_drawn_call_by_call_with_the_guard_each_entry_failed():
     assert dict(data.nodes[2].notes)["compiled"].startswith("nothing")           # batch 16 reused an entry
     with pytest.raises(ValueError, match="`labels` must name each of the 4 calls"):
         compile_view.from_calls(report, ["one"])
+
+
+_QUIET_LOG = logging.getLogger("nbhelpers.tests.quiet")
+_QUIET_LOG.addHandler(logging.NullHandler())
+_QUIET_LOG.propagate = False
+
+
+def _logs(y):
+    _QUIET_LOG.debug("a Logger call Dynamo cannot trace: a break inside a function it inlines")
+    return y.sin()
+
+
+class _BreaksInsideACall(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = _logs(self.linear(x))
+        return self.linear(h).relu()
+
+
+def test_a_break_inside_an_inlined_call_is_logged_per_frame_but_ends_one_graph_as_explain_says():
+    # Hugging Face's GPT-2 (logger.warning_once inside the transformer): the log names the break once for the
+    # caller's frame and again for the callee's, which Dynamo then compiles as a frame of its own; explain
+    # lists one break, and so does `ended` (the menagerie found 0 matched against 1 before, 3 counted before that)
+    model, x = _BreaksInsideACall(), torch.rand(2, 4)
+    with contextlib.redirect_stderr(io.StringIO()):
+        report = compile_lens.capture(model, x, kernels=False)
+        torch.compiler.reset()
+        explained = torch._dynamo.explain(model)(x)
+    torch.compiler.reset()
+    (found,) = report.breaks
+    assert found.gb_type == "logging.Logger method not supported for non-export cases"
+    assert (found.count, found.ended, found.in_explain) == (2, 1, True)
+    assert found.ended == len(explained.break_reasons) == 1
