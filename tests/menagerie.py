@@ -128,7 +128,7 @@ def saved_bytes_read_directly(fn) -> int:
 
 def _forward_graph(built) -> tuple[str, str]:
     from nbhelpers import forward_graph
-    with _Outputs() as seen:
+    with DispatchOutputs() as seen:
         built.output()
     torch_seed()
     fg = forward_graph.trace(built.model, *built.args, **built.kwargs)
@@ -148,7 +148,7 @@ def torch_seed() -> None:
     torch.manual_seed(0)
 
 
-class _Outputs:
+class DispatchOutputs:
     """The oracle of forward_graph: each op's name and its outputs' shape, dtype and stride."""
 
     def __new__(cls):

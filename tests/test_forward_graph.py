@@ -13,10 +13,9 @@ import pytest
 import torch
 import torchvision
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from nbhelpers import eager_only, forward_graph, module_scope
+from tests.menagerie import DispatchOutputs
 from tests.test_unseen_models import ARCHITECTURES as UNSEEN, _first_tensor
 
 ACCUMULATE = module_scope.ACCUMULATE_GRAD
@@ -36,21 +35,6 @@ def _build(name):
     make_model, make_input = ARCHITECTURES[name]
     model, x = make_model(), make_input()
     return model, ((x, x, x) if isinstance(model, nn.MultiheadAttention) else (x,))
-
-
-class _Outputs(TorchDispatchMode):
-    """The oracle: each op's name and its output tensors' shape, dtype and stride."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        self.ops.append((str(func), [(tuple(t.shape), str(t.dtype).removeprefix("torch."),
-                                      tuple(t.stride()) if t.layout == torch.strided else ()) for t in tensors]))
-        return out
 
 
 @pytest.mark.parametrize("name", ARCHITECTURES)
@@ -79,7 +63,7 @@ def test_every_backward_node_is_made_by_exactly_one_forward_op(name):
 @pytest.mark.parametrize("name", ARCHITECTURES)
 def test_shapes_dtypes_and_strides_are_the_real_tensors(name):
     model, inputs = _build(name)
-    with _Outputs() as seen:
+    with DispatchOutputs() as seen:
         model(*inputs)
     fg = forward_graph.trace(model, *inputs)
     ours = [(op.op, [(o.shape, o.dtype, o.stride) for o in op.outputs]) for op in fg.ops]
@@ -201,9 +185,9 @@ def test_autograd_saving_an_ops_output_shows_as_a_detach_and_nothing_else_does()
     x = torch.rand(3, requires_grad=True)
     seen = {}
     for name, op in (("exp", torch.exp), ("relu", torch.relu), ("sin", torch.sin)):
-        with _Outputs() as recording:
+        with DispatchOutputs() as recording:
             op(x)
-        with torch.no_grad(), _Outputs() as not_recording:
+        with torch.no_grad(), DispatchOutputs() as not_recording:
             op(x)
         seen[name] = ([o for o, _ in recording.ops], [o for o, _ in not_recording.ops])
     assert seen["exp"] == (["aten.exp.default", "aten.detach.default"], ["aten.exp.default"])
