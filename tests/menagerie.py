@@ -43,8 +43,8 @@ CANNOT_SEE = ("MemTracker cannot follow sparse tensors",)
 
 # --- one model, in this process ------------------------------------------------------------------------------------
 
-def measure(entry) -> dict:
-    """Every lens on one model; a dict for the report."""
+def measure(entry, lenses: tuple[str, ...] = LENSES) -> dict:
+    """The lenses (default: every one) on one model; a dict for the report."""
     import torch
     start = time.perf_counter()
     try:
@@ -54,7 +54,7 @@ def measure(entry) -> dict:
     row = {"name": entry.name, "family": entry.family, "builds": True, "input": built.input,
            "parameters": sum(p.numel() for p in built.model.parameters()),
            "build_s": round(time.perf_counter() - start, 2), "lenses": {}}
-    for lens in LENSES:
+    for lens in lenses:
         begun = time.perf_counter()
         torch.manual_seed(0)
         try:
@@ -214,7 +214,8 @@ def _diagnose(built) -> tuple[str, str]:
     calls = sum(d.forward_calls.values())
     top = d.findings[0].title if d.findings else "no finding"
     slowest = sorted(d.seconds.items(), key=lambda kv: -kv[1])[:3]
-    said = (f"{len(d.agreements)} agreements, {calls} forward calls; slowest lenses: "
+    said = (f"{len(d.agreements)} agreements ({sum(a.independent for a in d.agreements)} measured apart), "
+            f"{calls} forward calls; slowest lenses: "
             + ", ".join(f"{name} {s:.1f} s" for name, s in slowest) + f"; top finding: {top}")
     if d.unchecked:
         said += "; cannot see: " + "; ".join(d.unchecked)
