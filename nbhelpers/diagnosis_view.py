@@ -39,6 +39,10 @@ def summary(d, top: int = 5) -> str:
     if d.agreements:
         lines.append(f"{len(d.agreements) - len(wrong)} of {len(d.agreements)} numbers agree with PyTorch's own "
                      f"tools ({tools})")
+        shared = [a.name for a in d.agreements if not a.independent]
+        if shared:
+            lines.append(f"   of them {len(shared)} are totals both sides add up from the same list, not "
+                         f"measurements: {', '.join(shared)}")
     else:
         lines.append("no number could be checked against PyTorch's own tools (the step did not run)")
     lines += [f"   disagrees: {a.name}: ours {a.ours:,}, {a.tool} {a.theirs:,}" for a in wrong]
@@ -110,7 +114,8 @@ def _data(d, lessons: dict[str, str]) -> dict:
     return {"title": f"Diagnosis of {d.model}", "subtitle": f"{', '.join(d.inputs)} · {d.step}",
             "error": f"the step raised {d.error}" + (f" at {d.error_where}" if d.error_where else "") if d.error else "",
             "findings": [_finding_data(f, lessons) for f in d.findings],
-            "agreements": [{"name": a.name, "ours": a.ours, "theirs": a.theirs, "tool": a.tool, "agrees": a.agrees}
+            "agreements": [{"name": a.name, "ours": a.ours, "theirs": a.theirs, "tool": a.tool, "agrees": a.agrees,
+                            "shared": a.shared}
                            for a in d.agreements],
             "unchecked": list(d.unchecked),
             "widgets": [state for _, state in views], "captions": [caption for caption, _ in views]}

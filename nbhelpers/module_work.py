@@ -73,13 +73,14 @@ def by_module(fn: Callable[[], object]) -> dict[str, Work]:
     return dict(counter.counts)
 
 
-def flop_counter(fn: Callable[[], object]) -> dict[str, int]:
-    """Run `fn()` under torch's FlopCounterMode (with flop_formulas' additions, as profiling.work counts them):
-    its FLOPs per module, named by its ModuleTracker, and "Global"."""
+def flop_counter(fn: Callable[[], object], added: bool = True) -> dict[str, int]:
+    """Run `fn()` under torch's FlopCounterMode (with flop_formulas' additions, as profiling.work counts them; with
+    `added=False` its own formulas only, which count 0 where it has none): its FLOPs per module, named by its
+    ModuleTracker, and "Global"."""
     from torch.utils.flop_counter import FlopCounterMode
 
     arguments.require_callable("module_work.flop_counter", "fn", fn, "a function of no arguments")
-    counter = FlopCounterMode(display=False, custom_mapping=flop_formulas.added())
+    counter = FlopCounterMode(display=False, custom_mapping=flop_formulas.added() if added else None)
     with eager_only.warn_if_compiled("module_work.flop_counter", eager_only.FOR_WORK), counter:
         fn()
     return {name: sum(ops.values()) for name, ops in counter.get_flop_counts().items()}

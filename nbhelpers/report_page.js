@@ -68,7 +68,8 @@ function lessonLine(f) {                     // "taught in notebook 05 · torch.
 
 function agreementRow(body, a) {
   const row = body.insertRow();
-  const cells = [a.name, a.ours.toLocaleString("en-US"), a.theirs.toLocaleString("en-US"), a.tool, a.agrees ? "yes" : "NO"];
+  const cells = [a.name, a.ours.toLocaleString("en-US"), a.theirs.toLocaleString("en-US"), a.tool, a.agrees ? "yes" : "NO",
+    a.shared ? `no: ${a.shared}` : "yes"];
   cells.forEach((text, k) => {
     const cell = row.insertCell();
     cell.textContent = text;
@@ -87,7 +88,9 @@ async function fillReport() {
   const body = document.getElementById("agreements");
   data.agreements.forEach((a) => agreementRow(body, a));
   const wrong = data.agreements.filter((a) => !a.agrees).length;
+  const shared = data.agreements.filter((a) => a.shared).length;
   fillText("agreement-count", data.agreements.length ? `${data.agreements.length - wrong} of ${data.agreements.length} numbers agree.`
+    + (shared ? ` ${shared} of them are totals both sides add up alike, not independent measurements.` : "")
     : "No number could be checked: the step did not run.");
   for (const text of data.unchecked) {
     const item = document.createElement("li");

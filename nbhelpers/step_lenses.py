@@ -32,10 +32,17 @@ class Agreement:
     ours: int
     theirs: int
     tool: str                  # PyTorch's tool that gave `theirs`
+    # what both sides read alike, when they do ("" when each measures on its own): such a row is a total both
+    # compute from the same list, not a check of one by the other
+    shared: str = ""
 
     @property
     def agrees(self) -> bool:
         return self.ours == self.theirs
+
+    @property
+    def independent(self) -> bool:
+        return not self.shared
 
 
 @dataclass(frozen=True)
@@ -296,7 +303,15 @@ def _forward_graph(model, call: model_call.Call, lens: Lenses) -> forward_graph.
 def _memory_agreements(step: Step) -> list[Agreement]:
     optimizer = step.optimizer or torch.optim.SGD(step.model.parameters(), lr=0.0)   # lr 0: nothing moves
     rows = memory_agreement.against_memtracker(lambda: _step_with(step, optimizer), step.model, optimizer)
-    return [Agreement(f"peak {r.category} bytes", r.ours + r.accounted, r.memtracker, "MemTracker") for r in rows]
+    return [Agreement(f"peak {r.category} bytes", r.ours + r.accounted, r.memtracker, "MemTracker",
+                      _SHARED.get(r.category, "")) for r in rows]
+
+
+# MemTracker's parameter and buffer rows are the sizes of model.parameters() and model.buffers(), which memory.track
+# does not see being made (they exist before the step), so both sides add up the same list
+# (torch/distributed/_tools/mem_tracker.py, _track_module_params_and_buffers; memory_agreement._held_before)
+_SHARED = {"Parameter": "both add up the sizes of model.parameters(): a total, not a measurement",
+           "Buffer": "both add up the sizes of model.buffers(): a total, not a measurement"}
 
 
 def _step_with(step: Step, optimizer) -> None:
@@ -318,14 +333,19 @@ def _saved_agreement(step: Step, graph) -> list[Agreement]:
 def _work(step: Step) -> tuple[dict, list[Agreement]]:
     """FLOPs and bytes per module over the step; checked against FlopCounterMode on the whole step, and module by
     module on the forward (module_work says why not on a backward)."""
-    work, theirs = module_work.by_module(step), module_work.flop_counter(step)
-    rows = [Agreement("FLOPs of the whole step", work[module_work.TOTAL].flops if work else 0,
-                      theirs.get(module_work.TOTAL, 0), "FlopCounterMode")]
-    ours, theirs = module_work.by_module(step.no_grad), module_work.flop_counter(step.no_grad)
-    rows += [Agreement(f"forward FLOPs of {name}", ours[name].flops if name in ours else 0, theirs.get(name, 0),
-                       "FlopCounterMode") for name in dict.fromkeys([*ours, *theirs])
-             if (ours[name].flops if name in ours else 0) or theirs.get(name, 0)]
+    work, theirs = module_work.by_module(step), module_work.flop_counter(step, added=False)
+    rows = [Agreement("FLOPs of the whole step", _own(work.get(module_work.TOTAL)), theirs.get(module_work.TOTAL, 0),
+                      "FlopCounterMode")]
+    ours, theirs = module_work.by_module(step.no_grad), module_work.flop_counter(step.no_grad, added=False)
+    rows += [Agreement(f"forward FLOPs of {name}", _own(ours.get(name)), theirs.get(name, 0), "FlopCounterMode")
+             for name in dict.fromkeys([*ours, *theirs]) if _own(ours.get(name)) or theirs.get(name, 0)]
     return work, rows
+
+
+def _own(work) -> int:
+    """FLOPs less those counted with flop_formulas where FlopCounterMode has no formula (CPU attention): the
+    comparison is of what both count on their own; the analytic part stays in `Diagnosis.work`."""
+    return work.flops - work.added_flops if work is not None else 0
 
 
 # timed runs of the step at each size: bounded, so a fast model's step is not run thousands of times

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.cuda import _memory_viz
 
-from nbhelpers import diagnose, diagnosis_view, memory_timeline, planted_models
+from nbhelpers import diagnose, diagnosis_view, memory_timeline, module_work, planted_models
 from tests import REPO
 from tests.test_unseen_models import ARCHITECTURES, Recurrent
 
@@ -49,6 +49,30 @@ def unseen():
         torch.manual_seed(0)
         found[name] = diagnose.run(make(), example())
     return found
+
+
+class Attention(nn.Module):
+    """Attention as ViTs and GPTs call it: on a CPU, FlopCounterMode has no formula for its kernel."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(8, 24)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 5, 3, 2, 4).permute(2, 0, 3, 1, 4)
+        return nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+def test_only_numbers_both_sides_measure_apart_count_as_independent():
+    # MemTracker's parameter and buffer rows are totals of the same lists; CPU attention's FLOPs, which
+    # FlopCounterMode has no formula for, are left out of the FLOP rows instead of added to both sides alike
+    torch.manual_seed(0)
+    d = diagnose.run(Attention(), torch.rand(2, 5, 8))
+    assert {a.name for a in d.agreements if not a.independent} == {"peak Parameter bytes", "peak Buffer bytes"}
+    whole = next(a for a in d.agreements if a.name == "FLOPs of the whole step")
+    total = d.work[module_work.TOTAL]
+    assert total.added_flops > 0 and whole.ours == whole.theirs == total.flops - total.added_flops
+    assert "of them 2 are totals both sides add up from the same list" in d.summary()
 
 
 @pytest.mark.parametrize("name", UNSEEN)

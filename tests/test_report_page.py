@@ -46,7 +46,10 @@ def test_the_saved_page_answers_clicks_from_a_file_with_no_network(pages, scheme
 def _check_outer(page, scheme: str) -> None:
     first = page.locator("#findings li").first.inner_text()
     assert first.startswith("saved-for-backward") and "planted_models.py:" in first and "pairs = h[:, :, None]" in first
-    assert page.locator("#agreement-count").inner_text() == "14 of 14 numbers agree."
+    assert page.locator("#agreement-count").inner_text() == (
+        "14 of 14 numbers agree. 2 of them are totals both sides add up alike, not independent measurements.")
+    parameters = page.locator("#agreements tr", has_text="peak Parameter bytes").locator("td").last
+    assert parameters.text_content().startswith("no: both add up the sizes of model.parameters()")
     lesson = page.locator("#findings li .lesson a").first     # the site's page if make html built it, else the notebook
     assert lesson.inner_text() == "notebook 02 · autograd graph"
     built = REPO / "build" / "site" / "02_autograd_graph.html"
