@@ -165,6 +165,12 @@ def _memtracker_peak(step: Callable[[], object], model: torch.nn.Module, optimiz
     """MemTracker's bytes per category at its peak, over one `step()`."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
+    frozen = [name for name, p in model.named_parameters() if not p.requires_grad]
+    if frozen:      # its pre-forward hook calls param.register_hook on each (mem_tracker.py, _track_module_params...)
+        raise ValueError(f"memory_agreement.against_memtracker: torch's MemTracker cannot track a parameter that does "
+                         f"not require grad (it registers a gradient hook on every parameter, which raises), and "
+                         f"{len(frozen)} here do not ({', '.join(frozen[:3])}{', ...' if len(frozen) > 3 else ''}); "
+                         "there is nothing to compare with: read memory.track's numbers on their own")
     tracker = MemTracker()
     tracker.track_external(model, optimizer)
     try:

@@ -38,7 +38,7 @@ from tests.menagerie_report import LENSES
 REPO = Path(__file__).resolve().parents[1]
 
 # An instrument's own refusals: what it says it cannot see (the README's instrument table lists them).
-CANNOT_SEE = ("MemTracker cannot follow sparse tensors",)
+CANNOT_SEE = ("MemTracker cannot follow sparse tensors", "MemTracker cannot track a parameter that does not require grad")
 
 
 # --- one model, in this process ------------------------------------------------------------------------------------
@@ -229,16 +229,17 @@ def _diagnose(built) -> tuple[str, str]:
 
 # --- many models, one process each -----------------------------------------------------------------------------
 
-def _child(name: str) -> None:
+def _child(name: str, lenses: tuple[str, ...]) -> None:
     from tests import menagerie_models
-    print(json.dumps(measure(menagerie_models.by_name()[name])))
+    print(json.dumps(measure(menagerie_models.by_name()[name], lenses)))
 
 
-def _run_one(name: str, timeout: float, threads: int) -> dict:
+def _run_one(name: str, timeout: float, threads: int, lenses: tuple[str, ...]) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
     start = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-m", "tests.menagerie", "--child", name], cwd=REPO, env=env,
+        done = subprocess.run([sys.executable, "-m", "tests.menagerie", "--child", name, "--lenses", *lenses],
+                              cwd=REPO, env=env,
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:          # subprocess.run kills the child and waits for it
         return {"name": name, "builds": True, "timed_out": True, "s": round(time.perf_counter() - start, 1),
@@ -257,10 +258,12 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per model")
     parser.add_argument("--again", action="store_true", help="rerun models already in the report")
     parser.add_argument("--out", type=Path, default=REPO / "menagerie")
+    parser.add_argument("--lenses", nargs="+", choices=LENSES, default=list(LENSES),
+                        help="these lenses only (the report says 'not run' for the others)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        _child(args.child)
+        _child(args.child, tuple(args.lenses))
         return 0
     from tests import menagerie_models, menagerie_report
     if not menagerie_models.extras_installed():
@@ -277,7 +280,7 @@ def main(argv=None) -> int:
     threads = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2) // args.jobs)
     print(f"menagerie: {len(todo)} models to run ({len(report)} in the report), {args.jobs} at a time", flush=True)
     with ThreadPoolExecutor(args.jobs) as pool:
-        running = [pool.submit(_run_one, name, args.timeout, threads) for name in todo]
+        running = [pool.submit(_run_one, name, args.timeout, threads, tuple(args.lenses)) for name in todo]
         for i, done in enumerate(as_completed(running), 1):
             row = done.result()
             report[row["name"]] = row

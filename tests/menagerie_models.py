@@ -70,7 +70,7 @@ def _logits(out) -> torch.Tensor:
 
 # --- torchvision -------------------------------------------------------------------------------------------------
 
-_TV_SIDE = {"maxvit_t": 224, "inception_v3": 75}
+_TV_SIDE = {"maxvit_t": 224, "inception_v3": 139}   # 139: the smallest at which its aux head, on in training, fits
 _TV_KWARGS = {name: {"image_size": SMALL} for name in
               ("vit_b_16", "vit_b_32", "vit_h_14", "vit_l_16", "vit_l_32")}
 _TV_KWARGS |= {"inception_v3": {"init_weights": False}, "googlenet": {"init_weights": False}}
@@ -162,20 +162,22 @@ TIMM_MODELS = (
 def _timm(name: str) -> Callable[[], Built]:
     def make():
         import timm
-        try:        # a 64x64 image where the model takes img_size (patch grids, windows); else its own size
+        try:        # a 64x64 image where the model takes img_size (patch grids, windows) and runs at it
             model = timm.create_model(name, pretrained=False, num_classes=CLASSES, img_size=SMALL)
-            side = SMALL
         except TypeError:
             model = timm.create_model(name, pretrained=False, num_classes=CLASSES)
-            side = SMALL if _takes(model, SMALL) else model.pretrained_cfg["input_size"][-1]
-        return _classifier(model, side)
+        if _takes(model, SMALL):
+            return _classifier(model, SMALL)
+        torch.manual_seed(0)    # else at the size its configuration names, built as it names it
+        model = timm.create_model(name, pretrained=False, num_classes=CLASSES)
+        return _classifier(model, model.pretrained_cfg["input_size"][-1])
     return make
 
 
 def _takes(model: nn.Module, side: int) -> bool:
     try:
         with torch.no_grad():
-            model.eval()(torch.rand(1, 3, side, side))
+            model.train()(torch.rand(2, 3, side, side))     # as the lenses run it: train mode, a batch of 2
         return True
     except Exception:  # noqa: BLE001 - any failure at this size means: use the size the model names
         return False
@@ -241,7 +243,7 @@ HF_FAMILIES = {
                       {"image_size": 32, "patch_size": 4, "embed_dim": 16, "depths": [1, 1], "num_heads": [2, 2],
                        "window_size": 4, "num_labels": 3}, "image"),
     "convnext (vision)": ("ConvNextConfig", "ConvNextForImageClassification",
-                          {"hidden_sizes": [16, 32], "depths": [1, 1], "num_labels": 3}, "image"),
+                          {"num_stages": 2, "hidden_sizes": [16, 32], "depths": [1, 1], "num_labels": 3}, "image"),
 }
 
 

@@ -9,6 +9,7 @@ from nbhelpers.atomic import write_atomic
 
 LENSES = ("trace", "forward_graph", "memory", "work", "diagnose")
 STATUSES = ("agrees", "disagrees", "cannot see", "fails")
+NOT_RUN = "not run"          # a lens left out of a run (--lenses), as for the models past the time a run had
 _MARK = {"agrees": "agrees", "disagrees": "**disagrees**", "cannot see": "cannot see", "fails": "**fails**"}
 
 
@@ -27,7 +28,8 @@ def save(report: dict[str, dict], folder: Path, order: list[str]) -> None:
 
 def counts(rows: list[dict]) -> dict:
     ran = [r for r in rows if "lenses" in r]
-    by_lens = {lens: dict(Counter(r["lenses"][lens]["status"] for r in ran)) for lens in LENSES}
+    by_lens = {lens: dict(Counter(r["lenses"][lens]["status"] if lens in r["lenses"] else NOT_RUN for r in ran))
+               for lens in LENSES}
     return {"models": len(rows), "built": sum(r.get("builds", False) for r in rows), "measured": len(ran),
             "timed_out": sum(bool(r.get("timed_out")) for r in rows),
             "crashed": sum(bool(r.get("crashed")) for r in rows),
@@ -37,7 +39,7 @@ def counts(rows: list[dict]) -> dict:
 def one_line(row: dict) -> str:
     if "lenses" not in row:
         return f"{row['name']}: {row.get('error', '')}"
-    said = ", ".join(f"{lens} {row['lenses'][lens]['status']}" for lens in LENSES)
+    said = ", ".join(f"{lens} {row['lenses'][lens]['status']}" for lens in LENSES if lens in row["lenses"])
     return f"{row['name']} ({row['s']} s): {said}"
 
 
@@ -52,9 +54,10 @@ def table(rows: list[dict]) -> str:
              f"{c['measured']} models measured ({', '.join(f'{n} {s}' for s, n in c['by_source'].items())}); "
              f"{c['models'] - c['built']} did not build, {c['timed_out']} timed out, {c['crashed']} crashed "
              "(listed at the end).", "",
-             "| lens | " + " | ".join(STATUSES) + " |", "|---|" + "---:|" * len(STATUSES)]
+             "| lens | " + " | ".join((*STATUSES, NOT_RUN)) + " |", "|---|" + "---:|" * (len(STATUSES) + 1)]
     for lens in LENSES:
-        lines.append(f"| {lens} | " + " | ".join(str(c["by_lens"][lens].get(s, 0)) for s in STATUSES) + " |")
+        lines.append(f"| {lens} | " + " | ".join(str(c["by_lens"][lens].get(s, 0)) for s in (*STATUSES, NOT_RUN))
+                     + " |")
     slowest = sorted(ran, key=lambda r: -r["s"])[:5]
     lines += ["", "Slowest five (all lenses, seconds): " +
               ", ".join(f"{r['name']} {r['s']:.0f}" for r in slowest) + ".", "",
@@ -62,11 +65,11 @@ def table(rows: list[dict]) -> str:
               "| model | parameters | input | " + " | ".join(LENSES) + " | s |",
               "|---|---:|---|" + "---|" * len(LENSES) + "---:|"]
     for r in ran:
-        cells = [_MARK[r["lenses"][lens]["status"]] for lens in LENSES]
+        cells = [_MARK[r["lenses"][lens]["status"]] if lens in r["lenses"] else NOT_RUN for lens in LENSES]
         lines.append(f"| `{r['name']}` | {r['parameters']:,} | {r['input']} | " + " | ".join(cells) +
                      f" | {r['s']:.1f} |")
     notes = [(r["name"], lens, r["lenses"][lens]) for r in ran for lens in LENSES
-             if r["lenses"][lens]["status"] != "agrees"]
+             if lens in r["lenses"] and r["lenses"][lens]["status"] != "agrees"]
     if notes:
         lines += ["", "## What did not agree, and why", "", "| model | lens | status | what it said |",
                   "|---|---|---|---|"]

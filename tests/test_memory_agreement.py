@@ -126,3 +126,15 @@ def test_an_input_that_requires_grad_is_accounted_for(checkpointed):
     assert all(r.agrees for r in rows), [(r.category, r.memtracker, r.ours, r.accounted) for r in rows]
     activation = next(r for r in rows if r.category == "Activation")
     assert activation.accounted == x.untyped_storage().nbytes() == 96
+
+
+def test_a_frozen_parameter_is_said_plainly_and_nothing_is_left_behind():
+    # MemTracker registers a gradient hook on every parameter (torch/distributed/_tools/mem_tracker.py), which
+    # raises on a frozen one: a model fine-tuned with a frozen layer (Marian's sinusoidal positions, in the menagerie)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    model[0].weight.requires_grad_(False)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    x = torch.rand(3, 4)
+    with pytest.raises(ValueError, match=r"cannot track a parameter that does not require grad .* \(0\.weight\)"):
+        memory_agreement.against_memtracker(lambda: model(x).sum().backward(), model, optimizer)
+    assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
