@@ -60,7 +60,8 @@ def measure(entry, lenses: tuple[str, ...] = LENSES) -> dict:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                status, detail = globals()[f"_{lens}"](entry.build())    # each lens on a fresh model
+                fresh = (entry.build(), entry.build()) if lens == "forward_graph" else (entry.build(),)
+                status, detail = globals()[f"_{lens}"](*fresh)    # each lens on a fresh model
         except Exception as error:  # noqa: BLE001 - reported per lens: a refusal it documents, or a bug
             said = _short(error)
             status, detail = ("cannot see", said) if any(c in said for c in CANNOT_SEE) else ("fails", said)
@@ -126,12 +127,15 @@ def saved_bytes_read_directly(fn) -> int:
     return total + (saved_bytes_read_directly(wrapped) if wrapped is not None else 0)
 
 
-def _forward_graph(built) -> tuple[str, str]:
+def _forward_graph(built, twin) -> tuple[str, str]:
+    """The oracle on one model, the trace on its twin (built alike): a forward that caches on its first call
+    (timm's ConViT keeps its relative indices) runs the same ops in both."""
     from nbhelpers import forward_graph
+    torch_seed()                # the same random draws in both runs (detection's box sampling, dropout)
     with DispatchOutputs() as seen:
         built.output()
     torch_seed()
-    fg = forward_graph.trace(built.model, *built.args, **built.kwargs)
+    fg = forward_graph.trace(twin.model, *twin.args, **twin.kwargs)
     if fg.error is not None:
         return "fails", f"forward raised under the trace: {_short(fg.error)}"
     ours = [(op.op, [(o.shape, o.dtype, o.stride) for o in op.outputs]) for op in fg.ops]
@@ -195,6 +199,7 @@ def _work(built) -> tuple[str, str]:
 
     from nbhelpers import profiling
     official = FlopCounterMode(display=False)
+    torch_seed()
     with official:
         built.loss(built.output()).backward()
     torch_seed()

@@ -3,7 +3,7 @@
 Three sources, each as people use it:
 - torchvision: every classification model `list_models` names, every segmentation model, and the detection
   models, each at a small input (64x64; the Vision Transformers told `image_size=64`, MaxViT at the 224 its
-  partitions need, Inception at the 75 its stem needs), class targets and cross-entropy; detection in train
+  partitions need, Inception at the 299 its auxiliary head needs in training), class targets and cross-entropy; detection in train
   mode with boxes, the loss the sum of the model's own losses, as torchvision's reference scripts train it;
 - timm (the `models` extra): at least one model per family, `timm.create_model(name, num_classes=10)`, told a
   64x64 image where the model takes `img_size`, else at the size its configuration names;
@@ -70,8 +70,9 @@ def _logits(out) -> torch.Tensor:
 
 # --- torchvision -------------------------------------------------------------------------------------------------
 
-_TV_SIDE = {"maxvit_t": 224, "inception_v3": 139}   # 139: the smallest at which its aux head, on in training, fits
-_TV_KWARGS = {name: {"image_size": SMALL} for name in
+# MaxViT's partitions need 224; Inception's aux head (on in training) its own 299; ViT-H's patch is 14
+_TV_SIDE = {"maxvit_t": 224, "inception_v3": 299, "vit_h_14": 56}
+_TV_KWARGS = {name: {"image_size": _TV_SIDE.get(name, SMALL)} for name in      # a multiple of the patch
               ("vit_b_16", "vit_b_32", "vit_h_14", "vit_l_16", "vit_l_32")}
 _TV_KWARGS |= {"inception_v3": {"init_weights": False}, "googlenet": {"init_weights": False}}
 
