@@ -2,11 +2,12 @@
 
 Three sources, each as people use it:
 - torchvision: every classification model `list_models` names, every segmentation model, and the detection
-  models, each at a small input (64x64; the Vision Transformers told `image_size=64`, MaxViT at the 224 its
-  partitions need, Inception at the 299 its auxiliary head needs in training), class targets and cross-entropy; detection in train
-  mode with boxes, the loss the sum of the model's own losses, as torchvision's reference scripts train it;
+  models, each at a small input (64x64; the Vision Transformers told `image_size=64`, ViT-H 56, MaxViT at the
+  224 its partitions need, Inception at the 299 its auxiliary head needs in training), class targets and
+  cross-entropy; detection in train mode with boxes, the loss the sum of the model's own losses, as
+  torchvision's reference scripts train it;
 - timm (the `models` extra): at least one model per family, `timm.create_model(name, num_classes=10)`, told a
-  64x64 image where the model takes `img_size`, else at the size its configuration names;
+  64x64 image where the model takes `img_size` and runs at it, else at the size its configuration names;
 - Hugging Face transformers (the `models` extra): a family per config class from a tiny config, called with a
   keyword batch that carries `labels`, so the loss is the model's own `output.loss`.
 
