@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -239,21 +240,37 @@ def _child(name: str, lenses: tuple[str, ...]) -> None:
     print(json.dumps(measure(menagerie_models.by_name()[name], lenses)))
 
 
+_CHILDREN: set[subprocess.Popen] = set()       # running now: killed with the run (_stop)
+
+
 def _run_one(name: str, timeout: float, threads: int, lenses: tuple[str, ...]) -> dict:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONWARNINGS": "ignore"}
     start = time.perf_counter()
-    try:
-        done = subprocess.run([sys.executable, "-m", "tests.menagerie", "--child", name, "--lenses", *lenses],
-                              cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:          # subprocess.run kills the child and waits for it
-        return {"name": name, "builds": True, "timed_out": True, "s": round(time.perf_counter() - start, 1),
-                "error": f"no result in {timeout:.0f} s (killed)"}
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["(no output)"])[-1][:300]
-        return {"name": name, "builds": True, "crashed": True, "error": f"exit {done.returncode}: {tail}"}
+    with subprocess.Popen([sys.executable, "-m", "tests.menagerie", "--child", name, "--lenses", *lenses],
+                          cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+        _CHILDREN.add(child)
+        try:
+            out, err = child.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.communicate()
+            return {"name": name, "builds": True, "timed_out": True, "s": round(time.perf_counter() - start, 1),
+                    "error": f"no result in {timeout:.0f} s (killed)"}
+        finally:
+            _CHILDREN.discard(child)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    if child.returncode != 0 or not lines:
+        tail = (err.strip().splitlines() or ["(no output)"])[-1][:300]
+        return {"name": name, "builds": True, "crashed": True, "error": f"exit {child.returncode}: {tail}"}
     return json.loads(lines[-1])
+
+
+def _stop(signum, frame) -> None:
+    """Ctrl-C or a kill: no model process outlives the run; the report already holds every finished model."""
+    for child in list(_CHILDREN):
+        child.kill()
+    print(f"menagerie: stopped by signal {signum}; the report holds every model finished so far", file=sys.stderr)
+    os._exit(128 + signum)
 
 
 def main(argv=None) -> int:
@@ -281,6 +298,8 @@ def main(argv=None) -> int:
         print(f"menagerie: no model named {unknown}; names look like {names[0]!r}, {names[-1]!r}", file=sys.stderr)
         return 2
     report = menagerie_report.load(args.out)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _stop)
     todo = [n for n in (args.only or names) if args.again or n not in report]
     threads = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2) // args.jobs)
     print(f"menagerie: {len(todo)} models to run ({len(report)} in the report), {args.jobs} at a time", flush=True)

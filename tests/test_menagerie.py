@@ -7,6 +7,12 @@ an error of ours: the report is reproducible, and a change that breaks an instru
 here before the next `make menagerie`. The sample: the smallest models of each source, and one of each kind that
 the others are not (segmentation; an encoder-decoder and a mixture of experts called with keyword batches).
 """
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
 import pytest
 
 from tests import menagerie, menagerie_models, menagerie_report
@@ -39,3 +45,16 @@ def test_each_lens_says_what_the_committed_report_says(name):
     said = {lens: row["lenses"][lens]["status"] for lens in lenses}
     assert "fails" not in said.values(), {lens: row["lenses"][lens]["detail"] for lens in said}
     assert said == {lens: REPORT[name]["lenses"][lens]["status"] for lens in said}, row
+
+
+def test_a_stopped_run_leaves_no_model_process_behind(tmp_path):
+    run = subprocess.Popen([sys.executable, "-m", "tests.menagerie", "--only", "timm/test_vit", "--out", str(tmp_path)],
+                           cwd=menagerie.REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (children := psutil.Process(run.pid).children()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert children, "the run started no model process in 60 s"
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=60)
+    assert run.returncode == 128 + signal.SIGTERM and "stopped by signal 15" in err
+    assert psutil.wait_procs(children, timeout=10)[1] == []      # none still alive
