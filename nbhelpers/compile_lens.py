@@ -294,13 +294,14 @@ def _breaks(records, reasons, compiled: set[str]) -> tuple[Break, ...]:
         user = [f for f in frames if user_code.learners(f[0])]   # not torch's, not this package's machinery
         file, lineno = at.group(1), int(at.group(2))
         key = (gb_type, *user[-1][:2]) if user else (gb_type, file, str(lineno))
+        at_entry = _record_entry(metadata)
         entry = found.setdefault(key, {"line": user[-1][2].strip() if user else "", "count": 0, "explain": False,
                                        "place": f"{user_code.place(user[-1][0])}:{user[-1][1]}" if user else "",
-                                       "entry": _record_entry(metadata), **_explained_as(head, known.get(gb_type)),
+                                       "entry": at_entry, **_explained_as(head, known.get(gb_type)),
                                        "where": compilation.place_in_torch(file, lineno), "ended": set()})
         entry["count"] += 1
-        if _record_entry(metadata) in compiled:
-            entry["ended"].add(_record_entry(metadata))
+        if at_entry in compiled:
+            entry["ended"].add(at_entry)
         entry["explain"] |= (gb_type, file, lineno) in explained or any((f, int(n)) in stepped for f, n, _ in frames)
     return tuple(Break(known.get(gb, {}).get("code", ""), gb, e["line"], e["count"], e["explanation"], e["hints"],
                        e["where"], e["explain"], e["entry"], e["place"], len(e["ended"]))

@@ -34,6 +34,13 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+import torch
+from torch.autograd.function import BackwardCFunction
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode
+
+from nbhelpers import autograd_graph, diagnose, forward_graph, memory_agreement, profiling
 from tests.menagerie_report import LENSES
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,7 +53,6 @@ CANNOT_SEE = ("MemTracker cannot follow sparse tensors", "MemTracker cannot trac
 
 def measure(entry, lenses: tuple[str, ...] = LENSES) -> dict:
     """The lenses (default: every one) on one model; a dict for the report."""
-    import torch
     start = time.perf_counter()
     try:
         built = entry.build()
@@ -57,7 +63,6 @@ def measure(entry, lenses: tuple[str, ...] = LENSES) -> dict:
            "build_s": round(time.perf_counter() - start, 2), "lenses": {}}
     for lens in lenses:
         begun = time.perf_counter()
-        torch.manual_seed(0)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -78,7 +83,6 @@ def _short(error: BaseException) -> str:
 
 
 def _trace(built) -> tuple[str, str]:
-    from nbhelpers import autograd_graph
     loss = built.loss(built.output())
     graph = autograd_graph.trace(loss, module=built.model)
     nodes, edges = independent_walk(loss.grad_fn)
@@ -112,8 +116,6 @@ def independent_walk(root) -> tuple[set, int]:
 
 
 def saved_bytes_read_directly(fn) -> int:
-    import torch
-    from torch.autograd.function import BackwardCFunction
     total = 0
     for attr in dir(fn):
         if attr.startswith("_saved_") or (attr == "saved_tensors" and isinstance(fn, BackwardCFunction)):
@@ -131,11 +133,10 @@ def saved_bytes_read_directly(fn) -> int:
 def _forward_graph(built, twin) -> tuple[str, str]:
     """The oracle on one model, the trace on its twin (built alike): a forward that caches on its first call
     (timm's ConViT keeps its relative indices) runs the same ops in both."""
-    from nbhelpers import forward_graph
-    torch_seed()                # the same random draws in both runs (detection's box sampling, dropout)
+    torch.manual_seed(0)                # the same random draws in both runs (detection's box sampling, dropout)
     with DispatchOutputs() as seen:
         built.output()
-    torch_seed()
+    torch.manual_seed(0)
     fg = forward_graph.trace(twin.model, *twin.args, **twin.kwargs)
     if fg.error is not None:
         return "fails", f"forward raised under the trace: {_short(fg.error)}"
@@ -148,38 +149,22 @@ def _forward_graph(built, twin) -> tuple[str, str]:
     return "agrees", f"{len(ours)} ops, each op's outputs' shapes, dtypes and strides"
 
 
-def torch_seed() -> None:
-    import torch
-    torch.manual_seed(0)
-
-
-class DispatchOutputs:
+class DispatchOutputs(TorchDispatchMode):
     """The oracle of forward_graph: each op's name and its outputs' shape, dtype and stride."""
 
-    def __new__(cls):
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_flatten
+    def __init__(self):
+        super().__init__()
+        self.ops = []
 
-        class Outputs(TorchDispatchMode):
-            def __init__(self):
-                super().__init__()
-                self.ops = []
-
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                import torch
-                out = func(*args, **(kwargs or {}))
-                tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-                self.ops.append((str(func), [(tuple(t.shape), str(t.dtype).removeprefix("torch."),
-                                              tuple(t.stride()) if t.layout == torch.strided else ())
-                                             for t in tensors]))
-                return out
-        return Outputs()
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        self.ops.append((str(func), [(tuple(t.shape), str(t.dtype).removeprefix("torch."),
+                                      tuple(t.stride()) if t.layout == torch.strided else ()) for t in tensors]))
+        return out
 
 
 def _memory(built) -> tuple[str, str]:
-    import torch
-
-    from nbhelpers import memory_agreement
     optimizer = torch.optim.SGD(built.model.parameters(), lr=0.01)
 
     def step():
@@ -196,14 +181,11 @@ def _memory(built) -> tuple[str, str]:
 
 
 def _work(built) -> tuple[str, str]:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from nbhelpers import profiling
     official = FlopCounterMode(display=False)
-    torch_seed()
+    torch.manual_seed(0)
     with official:
         built.loss(built.output()).backward()
-    torch_seed()
+    torch.manual_seed(0)
     counted = profiling.work(lambda: built.loss(built.output()).backward())
     theirs, ours = official.get_total_flops(), counted.flops - counted.added_flops
     if ours != theirs:
@@ -214,7 +196,6 @@ def _work(built) -> tuple[str, str]:
 
 
 def _diagnose(built) -> tuple[str, str]:
-    from nbhelpers import diagnose
     d = diagnose.run(built.model, args=built.args, kwargs=built.kwargs, target=built.target, loss_fn=built.loss_fn)
     wrong = [a for a in d.agreements if not a.agrees]
     calls = sum(d.forward_calls.values())
@@ -308,7 +289,7 @@ def main(argv=None) -> int:
         for i, done in enumerate(as_completed(running), 1):
             row = done.result()
             report[row["name"]] = row
-            menagerie_report.save(report, args.out, [e.name for e in menagerie_models.entries()])
+            menagerie_report.save(report, args.out, names)
             print(f"[{i}/{len(todo)}] {menagerie_report.one_line(row)}", flush=True)
     return 0
 
