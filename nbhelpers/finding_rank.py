@@ -41,7 +41,7 @@ NOTEBOOKS = {"00": "00_environment.ipynb", "02": "02_autograd_graph.ipynb", "03"
              "05": "05_compile_backends.ipynb", "06": "06_mixed_precision.ipynb", "08": "08_memory_diagnosis.ipynb",
              "09": "09_profiling.ipynb", "10": "10_save_and_export.ipynb", "12": "12_error_casebook.ipynb"}
 # The kinds, most urgent first: the order within the wrong and the unmeasured tiers, and among findings of one cause
-ORDER = ("error", "device", "mode", "leak", "recompile", "precision", "graph-break", "state", "saved-for-backward",
+ORDER = ("error", "device", "mode", "leak", "precision", "graph-break", "recompile", "state", "saved-for-backward",
          "export", "memory", "checkpoint", "regime")
 WRONG = frozenset({"error", "device", "mode", "leak", "precision", "state"})
 _PLACE = re.compile(r"^([^\s:]+:\d+)(?::|$)")       # "model.py:12: x = ..." -> "model.py:12"

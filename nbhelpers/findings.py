@@ -232,16 +232,44 @@ def _compile(report, tracker, budget: Budget) -> list[Finding]:
     for e in report.entries:
         by_function.setdefault(e.function, []).append(e)
     for function, entries in by_function.items():
-        if len(entries) > 2:           # the first recompile makes the changed size dynamic; more is a problem
-            last, failed = entries[-1], entries[-1].failed[0] if entries[-1].failed else "?"
-            where = _placed(places, _growing_line(report, entries[-2].id, last.id))
-            cost = Cost(last.seconds, "s", budget.seconds, "the step's time") if budget.seconds and last.seconds \
-                else None
-            found.append(Finding("recompile", f"{function} compiled {len(entries)} times for 4 batch sizes",
-                                 _recompile_evidence(failed) + (f"; each compile took {last.seconds:.2g} s (Dynamo "
-                                 "with a backend that compiles nothing: inductor takes longer)" if cost else ""),
-                                 where, finding_fixes.recompile(where, failed), cost))
+        # each recompile's first failed guard is the newest entry's: a size, or a value Python tested
+        recompiles = [e for e in entries[1:] if e.failed]
+        on_size = [e for e in recompiles if "size mismatch" in e.failed[0]]
+        on_value = [e for e in recompiles if "size mismatch" not in e.failed[0]]
+        if len(on_size) > 1:           # the first recompile makes the changed size dynamic; more is a problem
+            last = on_size[-1]
+            where = _placed(places, _growing_line(report, entries[entries.index(last) - 1].id, last.id))
+            found.append(Finding("recompile", f"{function} compiled {len(on_size) + 1} times for 4 batch sizes",
+                                 _recompile_evidence(last.failed[0]) + _compile_time(last, budget), where,
+                                 finding_fixes.recompile(where, last.failed[0]), _compile_cost(last, budget)))
+        if on_value:
+            found.append(_value_recompile(function, on_value[-1], report.breaks, budget))
     return found
+
+
+def _value_recompile(function: str, entry, breaks, budget: Budget) -> Finding:
+    """A recompile on a value, not a size. In the code after a graph break (Dynamo's resume function, named for the
+    break's line) `___stackN` is what the break handed back to Python, an `.item()` result: the branch on it compiles
+    that code again when it goes the other way. The break is the cause, so the finding sits at the break's line."""
+    at = re.fullmatch(r"torch_dynamo_resume_in_\w+_at_(\d+)", function)
+    cause = next((b for b in breaks if at and b.place.endswith(f":{at.group(1)}")), None)
+    where = f"{cause.place}: {cause.line}" if cause else ""
+    said = (f"the code after the graph break at {cause.place} was compiled again: a guard on the value the break "
+            f"handed back to Python failed ({entry.failed[0]}), not a guard on a size" if cause else
+            f"{function} was compiled again: a guard on a value failed ({entry.failed[0]}), not a guard on a size")
+    fix = finding_fixes.graph_break(cause.line, cause.gb_type, cause.hints) if cause else \
+        "torch.compile(model, dynamic=True)  # or pass the value as a tensor: Dynamo guards a Python number it tests"
+    return Finding("recompile", f"{function} compiled again for a value", said + _compile_time(entry, budget), where,
+                   fix, _compile_cost(entry, budget))
+
+
+def _compile_time(entry, budget: Budget) -> str:
+    return (f"; the last recompile took {entry.seconds:.2g} s (Dynamo with a backend that compiles nothing: "
+            "inductor takes longer)") if budget.seconds and entry.seconds else ""
+
+
+def _compile_cost(entry, budget: Budget) -> Cost | None:
+    return Cost(entry.seconds, "s", budget.seconds, "the step's time") if budget.seconds and entry.seconds else None
 
 
 def _graph_break(b, tracker, budget: Budget) -> Finding:

@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from nbhelpers import diagnose, diagnosis_view, finding_fixes, finding_rank, memory_findings, planted_models, step_leaks
+from nbhelpers import (compile_lens, diagnose, diagnosis_view, finding_fixes, finding_rank, findings, memory_findings,
+                       planted_models, step_leaks)
 
 
 class BranchOnItem(nn.Module):
@@ -63,18 +64,35 @@ def _run(model, *inputs):
     return diagnose.run(model, *inputs)
 
 
+def _branch_input(seed: int) -> torch.Tensor:
+    return torch.randn(8, 16, generator=torch.Generator().manual_seed(seed))
+
+
+def _branch_goes(x: torch.Tensor) -> list[bool]:
+    """Which way the branch goes at the four batch sizes the compile lens calls (the first rows repeated)."""
+    return [bool(x[torch.arange(8 + k) % 8].sum() > 0) for k in range(4)]
+
+
 @pytest.fixture(scope="module")
 def ranking():
-    return _run(BranchOnItem(), torch.randn(8, 16))
+    x = _branch_input(0)
+    assert _branch_goes(x) == [True] * 4       # one way at every size: no recompile on the value (see below)
+    return _run(BranchOnItem(), x)
 
 
 @pytest.fixture(scope="module")
-def diagnoses(ranking):
+def diagnoses(ranking, carried):
     """Every diagnosis of this file, by name: the planted models', issue 38's, a block to checkpoint, a carried
     state (together they make every kind of finding)."""
     found = {name: _run(make(), *example()) for name, (make, example, _) in planted_models.PLANTED.items()}
-    return found | {"ranking": ranking, "widen": _run(Widened(), torch.randn(8, 16)),
-                    "carry": _run(Carry(), torch.randn(8, 16))}
+    return found | {"ranking": ranking, "widen": _run(Widened(), torch.randn(8, 16)), "carry": carried[2]}
+
+
+@pytest.fixture(scope="module")
+def carried():
+    """A Carry model, the state it held before its diagnosis, and the diagnosis."""
+    model = Carry()
+    return model, model.h, _run(model, torch.randn(8, 16))
 
 
 def _every(findings):
@@ -101,6 +119,23 @@ def test_one_data_dependent_branch_is_one_finding_with_the_break_and_both_export
                                                                            "torch.export (non-strict)"]
     assert branch.cost.unit == "ops" and 0 < branch.cost.share <= 0.5
     assert branch.fix.startswith("out = torch.cond(x.sum() > 0, true_fn, false_fn, operands)")
+
+
+def test_a_branch_that_goes_the_other_way_recompiles_under_its_break_not_as_a_batch_size_problem():
+    x = _branch_input(2)
+    assert _branch_goes(x) == [True, False, True, False]
+    report = compile_lens.capture_calls(BranchOnItem(), [(x[torch.arange(8 + k) % 8],) for k in range(4)])
+    torch.compiler.reset()
+    resumed = [e for e in report.entries if e.function.startswith("torch_dynamo_resume_in_forward_at_")]
+    assert [e.failed[0].split(": ", 1)[1] for e in resumed[1:]] == ["tensor 'wide' size mismatch at index 0. "
+                                                                    "expected 8, actual 9", "___stack0 <= 0.0"]
+    found = findings._compile(report, None, finding_rank.Budget(10**6, 10**4, seconds=1e-3))
+    (branch,) = finding_rank.ranked(found)                      # one cause: the break heads, the recompile under it
+    assert branch.kind == "graph-break" and [c.kind for c in branch.consequences] == ["recompile"]
+    (again,) = branch.consequences
+    assert again.where == branch.where and "if x.sum().item() > 0:" in again.where and again.fix == branch.fix
+    assert "___stack0 <= 0.0" in again.evidence and "not a guard on a size" in again.evidence
+    assert branch.cost == again.cost and again.cost.unit == "s"     # one compile, measured, against the step's time
 
 
 def test_the_costly_findings_come_in_the_order_of_their_shares(diagnoses):
@@ -162,10 +197,8 @@ def test_a_state_carried_into_the_next_step_is_found_as_retain_graph_would_keep_
     assert leak.where.startswith("test_diagnose_ranking.py:") and leak.where.endswith("carries this step's graph on")
 
 
-def test_the_carried_state_is_put_back_without_a_graph():
-    model = Carry()
-    kept = model.h
-    _run(model, torch.randn(8, 16))
+def test_the_carried_state_is_put_back_without_a_graph(carried):
+    model, kept, _ = carried
     assert model.h is kept and model.h.grad_fn is None and torch.equal(model.h, torch.zeros(8, 16))
 
 
