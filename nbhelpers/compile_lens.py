@@ -298,13 +298,13 @@ def _breaks(records, reasons, compiled: set[str]) -> tuple[Break, ...]:
         entry = found.setdefault(key, {"line": user[-1][2].strip() if user else "", "count": 0, "explain": False,
                                        "place": f"{user_code.place(user[-1][0])}:{user[-1][1]}" if user else "",
                                        "entry": at_entry, **_explained_as(head, known.get(gb_type)),
-                                       "where": compilation.place_in_torch(file, lineno), "ended": set()})
+                                       "where": compilation.place_in_torch(file, lineno), "ended": {}})
         entry["count"] += 1
         if at_entry in compiled:
-            entry["ended"].add(at_entry)
+            entry["ended"][at_entry] = None       # an ordered set: in the order compiled
         entry["explain"] |= (gb_type, file, lineno) in explained or any((f, int(n)) in stepped for f, n, _ in frames)
     return tuple(Break(known.get(gb, {}).get("code", ""), gb, e["line"], e["count"], e["explanation"], e["hints"],
-                       e["where"], e["explain"], e["entry"], e["place"], len(e["ended"]))
+                       e["where"], e["explain"], e["entry"], e["place"], len(e["ended"]), tuple(e["ended"]))
                  for (gb, *_), e in found.items())
 
 

@@ -69,6 +69,7 @@ class Break:
     # how many compiled entries it ended with a graph: a break inside an inlined call is logged again in each
     # nested frame Dynamo then tries (empty graphs there), so `count` can exceed the graphs it split
     ended: int = 0
+    ended_in: tuple[str, ...] = ()   # those entries' ids ("0/0"): with Entry.call, which call's graphs it split
 
 
 @dataclass(frozen=True)

@@ -359,21 +359,23 @@ def _regime(step: Step):
 
 
 def _compile(model, call: model_call.Call, lens: Lenses) -> tuple[object, list[Agreement]]:
-    """Breaks on the example call against explain's; then the same forward at four batch sizes, as a
-    program would call it, for the recompiles."""
-    lens.ran(2)
+    """The forward at four batch sizes, as a program would call it, for the recompiles; its first call is the
+    example call, whose breaks and graphs are checked against explain's."""
+    calls = [call.at(call.batch + k) for k in range(4)]
+    lens.ran(1 + len(calls))
     with _quiet():
-        first = compile_lens.capture(model, *call.args, kernels=False, **call.kwargs)
         explained = torch._dynamo.explain(model)(*call.args, **call.kwargs)
     torch.compiler.reset()
-    ours_breaks = sum(b.ended for b in first.breaks)     # breaks that split a graph, one per compiled entry
-    # explain's graph_break_count is graph_count - 1 (-1 when Dynamo skipped the whole frame): its reasons are the breaks
-    rows = [Agreement("graph breaks (one call)", ours_breaks, len(explained.break_reasons), "torch._dynamo.explain"),
-            Agreement("graphs compiled (one call)", len(first.graphs), explained.graph_count, "torch._dynamo.explain")]
-    calls = [call.at(call.batch + k) for k in range(4)]
-    lens.ran(len(calls))
     with _quiet():
-        return compile_lens.capture_calls(model, [c.args for c in calls], keywords=[c.kwargs for c in calls]), rows
+        report = compile_lens.capture_calls(model, [c.args for c in calls], keywords=[c.kwargs for c in calls])
+    first = {e.id for e in report.entries if e.call == 0}
+    # breaks that split a graph, one per compiled entry of the first call; explain's graph_break_count is
+    # graph_count - 1 (-1 when Dynamo skipped the whole frame): its reasons are the breaks
+    ours_breaks = sum(entry in first for b in report.breaks for entry in b.ended_in)
+    rows = [Agreement("graph breaks (one call)", ours_breaks, len(explained.break_reasons), "torch._dynamo.explain"),
+            Agreement("graphs compiled (one call)", sum(g.entry in first for g in report.graphs),
+                      explained.graph_count, "torch._dynamo.explain")]
+    return report, rows
 
 
 def _export(model, call: model_call.Call, lens: Lenses) -> tuple[ExportResult, ...]:
