@@ -50,6 +50,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | worker_probe      | instrument | 04                         | what happens inside a DataLoader worker              |
 | graph_layout      | view       | 02                         | a layered drawing of any directed graph (+ its .js)  |
 | edge_labels       | view       | -                          | where edge labels go: clear of boxes and each other  |
+| graph_folds       | view       | 02                         | repeated blocks with the same graph, folded          |
 | graph_boxes       | view       | -                          | a view's boxes: open modules, cut labels, the SVG    |
 | graph_view        | view       | 02 05 10 11 12             | a clickable graph: JupyterLab, static site, SVG      |
 | graph_diff        | view       | 02 11                      | two graphs, node by node                             |

@@ -45,6 +45,7 @@ class Node:
     saved: tuple[SavedTensor, ...]
     sequence_nr: int
     modules: tuple[str, ...] = ()       # the modules running when it was made, outermost first (module_scope)
+    shape: tuple[int, ...] = ()         # a leaf's: the shape of the .grad it fills
 
     @property
     def module(self) -> str:            # the innermost: the module path whose forward created it
@@ -114,7 +115,8 @@ def _walk(root) -> list:
 def _node(i: int, fn, names: dict) -> Node:
     is_leaf = fn.name() == ACCUMULATE_GRAD
     label = (names.get(fn.variable) or f"leaf {tuple(fn.variable.shape)}") if is_leaf else fn.name()
-    return Node(i, fn.name(), label, is_leaf, _saved(fn), fn._sequence_nr(), modules_of(fn))
+    return Node(i, fn.name(), label, is_leaf, _saved(fn), fn._sequence_nr(), modules_of(fn),
+                tuple(fn.variable.shape) if is_leaf else ())
 
 
 def _saved(fn) -> tuple[SavedTensor, ...]:

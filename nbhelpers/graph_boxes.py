@@ -23,7 +23,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from nbhelpers import arguments, edge_labels, graph_layout
+from nbhelpers import arguments, edge_labels, graph_folds, graph_layout
 
 __all__ = ["Box", "Route", "View", "view", "first_expansion", "render_svg", "legend_items", "module_info",
            "columns", "fitted", "LEGEND", "MAX_BOXES", "STAGE_W", "MIN_TEXT_PX"]
@@ -38,12 +38,13 @@ KINDS = {"op": "op", "saves": "op that saves tensors for backward", "leaf": "lea
          "group": "module, collapsed: click to expand", "input": "input", "line": "source line",
          "break": "graph break", "kernel": "generated kernel", "call": "a call of the compiled function",
          "entry": "a compiled entry (guards and graphs)", "guard": "a guard that failed: why it recompiled",
-         "error": "the op that raised: the forward stopped here"}
+         "error": "the op that raised: the forward stopped here",
+         "fold": "repeated modules with the same graph, folded: click to open one"}
 MARKS = {"added": "only in the right graph", "removed": "only in the left graph", "changed": "saved bytes differ"}
 LEGEND = {"fill": KINDS, "outline": MARKS}
 FILL = {"op": "#dbe8f7", "leaf": "#d9f2d9", "saves": "#fde7c8", "group": "#ece6f5", "input": "#d9f2d9",
         "line": "#f4f4f4", "break": "#f7c6c6", "kernel": "#fde7c8", "call": "#d9f2d9", "entry": "#dbe8f7",
-        "guard": "#f7c6c6", "error": "#e05252"}
+        "guard": "#f7c6c6", "error": "#e05252", "fold": "#f3dcef"}
 MARK_STROKE = {"added": "#1a7f1a", "removed": "#c22", "changed": "#b06000"}
 
 
@@ -108,16 +109,21 @@ def module_info(data) -> dict[str, ModuleInfo]:
             for path, nodes in members.items()}
 
 
-def view(data, expanded=frozenset(), info: dict[str, ModuleInfo] | None = None) -> View:
-    """The boxes and edges with `expanded` (module paths) open, laid out by graph_layout."""
+def view(data, expanded=frozenset(), info: dict[str, ModuleInfo] | None = None,
+         found: tuple[graph_folds.Fold, ...] | None = None) -> View:
+    """The boxes and edges with `expanded` (module paths) open, repeated blocks folded (`found`, else
+    graph_folds.folds(data)), laid out by graph_layout."""
     info = module_info(data) if info is None else info
+    found = graph_folds.folds(data) if found is None else found
+    where, runs = graph_folds.places(found), graph_folds.folded(found, expanded)
     members: dict[str, list[int]] = {}                 # box key -> its nodes, boxes in first-seen order
     for i, n in enumerate(data.nodes):
-        members.setdefault(_key(n.group, i, expanded), []).append(i)
+        members.setdefault(graph_folds.box_key(n.group, i, expanded, runs), []).append(i)
     box_of = {i: b for b, nodes in enumerate(members.values()) for i in nodes}
     carried = _carried(data, box_of)
     pairs = sorted(carried)
-    unplaced = [_box(data, key, nodes, info) for key, nodes in members.items()]
+    unplaced = [_fold_box(data, key, nodes, info, found, where) if key.startswith("f:") else _box(data, key, nodes, info)
+                for key, nodes in members.items()]
     drawing = graph_layout.layout(len(unplaced), pairs, [b.w for b in unplaced])
     boxes = tuple(dataclasses.replace(b, x=x, y=y, w=w, h=h) for b, (x, y, w, h) in zip(unplaced, drawing.boxes))
     labels = [_edge_label(carried[pair]) for pair in pairs]
@@ -144,11 +150,6 @@ def _edge_label(labels: list[str]) -> str:
     return labels[0] if len(distinct) == 1 else f"{len(labels)} tensors"
 
 
-def _key(chain: tuple[str, ...], node: int, expanded) -> str:
-    collapsed = next((path for path in chain if path not in expanded), None)
-    return f"n:{node}" if collapsed is None else f"g:{collapsed}"
-
-
 def _box(data, key: str, nodes: list[int], info: dict[str, ModuleInfo]) -> Box:
     """The box `key` holds `nodes`, sized to its text (not yet placed)."""
     first = data.nodes[nodes[0]]
@@ -165,6 +166,22 @@ def _box(data, key: str, nodes: list[int], info: dict[str, ModuleInfo]) -> Box:
     lines = (fitted(head, w - 2 * PAD, COLUMN), fitted(info[path].summary, w - 2 * PAD, SUB_COLUMN))
     return Box(key, lines, f"{path} · {info[path].kind}: {info[path].summary}" if info[path].kind
                else f"{path}: {info[path].summary}", "group", tuple(nodes), nbytes, mark, w=w)
+
+
+def _fold_box(data, key: str, nodes: list[int], info: dict[str, ModuleInfo], found, where) -> Box:
+    """The box of folded copies `key` ("f:<first>|<last>"): `layer1.0-1 · BasicBlock × 2`, or one copy by name."""
+    first, last = key[2:].split("|")
+    f, a = where[first]
+    fold, b = found[f], where[last][1]
+    name, count = f"{fold.span(a, b)} · {fold.kind}", f" × {b - a + 1}" if b > a else ""
+    head = name + count
+    summary = ("each " if b > a else "") + info[first].summary      # copies save tensors of the same shapes
+    w = _width(head, summary)
+    mark = next((data.nodes[i].mark for i in nodes if data.nodes[i].mark), "")
+    cut = fitted(name, w - 2 * PAD - columns(count) * COLUMN, COLUMN) + count     # a long name is cut, not the count
+    return Box(key, (cut, fitted(summary, w - 2 * PAD, SUB_COLUMN)),
+               f"{head}: {summary}; folded, of {fold.label}: click to open {fold.names[a]}", "fold", tuple(nodes),
+               sum(data.nodes[i].saved_bytes for i in nodes), mark, w=w)
 
 
 def _relative(path: str, parent: str) -> str:
@@ -217,16 +234,18 @@ def first_expansion(data, info: dict[str, ModuleInfo] | None = None, tries: int 
                     stage_w: float = STAGE_W) -> frozenset[str]:
     """The modules the first view opens: the module tree a whole level at a time, outermost first, while the
     view stays legible in `stage_w` pixels (at most `tries` layouts). Whole levels: siblings look alike,
-    none opened alone."""
+    none opened alone; but of repeated blocks (graph_folds) only the first copy opens, the rest stay folded."""
     info = module_info(data) if info is None else info
+    found = graph_folds.folds(data)
+    later = {path for fold in found for path in fold.copies[1:]}       # folded: one copy of each is opened
     expanded: frozenset[str] = frozenset()
     level = list(dict.fromkeys(n.group[0] for n in data.nodes if n.group))
     while level and tries > 0:
         tries -= 1
-        if not legible(view(data, expanded | set(level), info), stage_w):
+        if not legible(view(data, expanded | set(level), info, found), stage_w):
             break
         expanded |= set(level)
-        level = _children(data, level)
+        level = [path for path in _children(data, level) if path not in later]
     return expanded
 
 

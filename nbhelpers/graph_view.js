@@ -40,15 +40,139 @@ export function unpackState(state) {
       links: links || [], notes: notes || [], tip: tip || "", labels: labels || [],
       storages: saved.map((s) => s[4]).filter((s) => s >= 0), savedBytes: saved.reduce((t, s) => t + s[3], 0) };
   });
-  nodes.forEach((n, i) => { n.rows = rowsOf(nodes, i, state.targets_label || "gradients to"); });
-  return { nodes, info, order: state.order, title: state.title || "", expanded: state.expanded || [],
-    matched: state.matched || [], lit: new Map(state.lit || []) };
+  const folds = foldsOf(nodes, info);
+  nodes.forEach((n, i) => { n.rows = rowsOf(nodes, i, state.targets_label || "gradients to", folds); });
+  return { nodes, info, folds, where: placesOf(folds), order: state.order, title: state.title || "",
+    expanded: state.expanded || [], matched: state.matched || [], lit: new Map(state.lit || []) };
 }
 
-function rowsOf(nodes, i, targetsLabel) {   // the same rows, in the same words, as graph_view.details()
+// graph_folds.folds: runs of two or more numbered siblings with consecutive numbers, of one known class, whose
+// subgraphs match; the same signature, the same order, the same names.
+export function foldsOf(nodes, info) {
+  const { members, roots, children } = membership(nodes), signatures = new Map();
+  const kind = (path) => (info.get(path) || {}).kind || "";
+  const signature = (path) => {
+    if (!signatures.has(path)) signatures.set(path, signatureOf(nodes, members.get(path), path, relative(path, roots.get(path))));
+    return signatures.get(path);
+  };
+  const found = [], taken = new Set();
+  for (const [parent, kids] of children) {
+    const numbered = [...kids].map(numberedItem).filter(Boolean)      // by container, then number
+      .sort((p, q) => (p[0] < q[0] ? -1 : p[0] > q[0] ? 1 : p[1] - q[1]));
+    let run = [];
+    for (const [holder, number, kid] of [...numbered, ["", -1, ""]]) {
+      const first = run.length ? run[0][2] : "", last = run[run.length - 1];
+      if (run.length && kid && holder === last[0] && number === last[1] + 1 && kind(kid) && kind(kid) === kind(first)
+        && signature(first) === signature(kid)) {
+        run.push([holder, number, kid]);
+        continue;
+      }
+      const copies = run.map(([, , path]) => path);
+      if (copies.length > 1 && !copies.some((p) => taken.has(p)) && !loopsBack(nodes, members, copies)) {
+        copies.forEach((p) => taken.add(p));
+        found.push({ parent, kind: kind(copies[0]), copies, names: copies.map((p) => relative(p, roots.get(p))),
+          nodes: members.get(copies[0]).length });
+      }
+      run = kid ? [[holder, number, kid]] : [];
+    }
+  }
+  return found;
+}
+
+function membership(nodes) {     // _Graph's: each module's nodes, outermost module, children in first-seen order
+  const members = new Map(), roots = new Map(), children = new Map();
+  nodes.forEach((n, i) => {
+    n.group.forEach((path, k) => {
+      if (!members.has(path)) members.set(path, []);
+      const mine = members.get(path);
+      if (!mine.length || mine[mine.length - 1] !== i) mine.push(i);
+      if (!roots.has(path)) roots.set(path, n.group[0]);
+      if (k) {
+        if (!children.has(n.group[k - 1])) children.set(n.group[k - 1], new Set());
+        children.get(n.group[k - 1]).add(path);
+      }
+    });
+  });
+  return { members, roots, children };
+}
+
+function loopsBack(nodes, members, copies) {     // _Graph.loops_back: a path out of the copies and back in
+  const inside = new Set(copies.flatMap((p) => members.get(p))), seen = new Set();
+  for (const i of inside) for (const d of nodes[i].targets) if (!inside.has(d)) seen.add(d);
+  const todo = [...seen];
+  while (todo.length) {
+    for (const d of nodes[todo.pop()].targets) {
+      if (inside.has(d)) return true;
+      if (!seen.has(d)) { seen.add(d); todo.push(d); }
+    }
+  }
+  return false;
+}
+
+function signatureOf(nodes, mine, path, relname) {
+  const place = new Map(mine.map((i, k) => [i, k])), name = relname + ".";
+  const unnamed = (text) => text.split(path + ".").join("@.").split(" ")
+    .map((w) => (w.startsWith(name) ? "@." + w.slice(name.length) : w)).join(" ");
+  return JSON.stringify(mine.map((i) => {
+    const n = nodes[i], inside = [];
+    n.targets.forEach((d, k) => { if (place.has(d)) inside.push([place.get(d), n.labels[k] || ""]); });
+    return [unnamed(n.label), n.kind, n.op, n.group.slice(n.group.indexOf(path) + 1).map((p) => p.slice(path.length)),
+      unnamed(n.tip), n.notes.map(([field, text]) => [field, unnamed(text)]), n.saved.map(([attr, shape, dtype]) => [attr, shape, dtype]),
+      inside];
+  }));
+}
+
+function numberedItem(path) {       // graph_folds._numbered
+  const dot = path.lastIndexOf("."), number = path.slice(dot + 1);
+  return /^[0-9]+$/.test(number) ? [dot < 0 ? "" : path.slice(0, dot), Number(number), path] : null;
+}
+
+function relative(path, root) { return root && path.startsWith(root + ".") ? path.slice(root.length + 1) : path; }
+
+export function span(fold, first, last) {     // Fold.span
+  if (first === last) return fold.names[first];
+  const end = fold.names[last];
+  return `${fold.names[first]}-${end.slice(end.lastIndexOf(".") + 1)}`;
+}
+
+export function foldLabel(fold) { return `${span(fold, 0, fold.copies.length - 1)} · ${fold.kind} × ${fold.copies.length}`; }
+
+function placesOf(folds) {     // graph_folds.places
+  const where = new Map();
+  folds.forEach((f, k) => f.copies.forEach((path, j) => where.set(path, [k, j])));
+  return where;
+}
+
+export function foldedRuns(folds, expanded) {     // graph_folds.folded: copy -> [first, last] of its closed run
+  const runs = new Map();
+  for (const fold of folds) {
+    let run = [];
+    for (const path of [...fold.copies, null]) {
+      if (path !== null && !expanded.has(path)) { run.push(path); continue; }
+      for (const p of run) runs.set(p, [run[0], run[run.length - 1]]);
+      run = [];
+    }
+  }
+  return runs;
+}
+
+function boxKey(n, i, expanded, runs) {     // graph_folds.box_key
+  for (const path of n.group) {
+    if (runs.has(path)) return `f:${runs.get(path).join("|")}`;
+    if (!expanded.has(path)) return `g:${path}`;
+  }
+  return `n:${i}`;
+}
+
+function rowsOf(nodes, i, targetsLabel, folds) {   // the same rows, in the same words, as graph_view.details()
   const n = nodes[i];
   const rows = n.op ? [["op", n.op]] : [];
   rows.push(["module", n.path || "(outside modules)"]);
+  for (const f of folds) {
+    f.copies.forEach((path, k) => {
+      if (n.group.includes(path)) rows.push(["copy", `${f.names[k]} is copy ${k + 1} of ${f.copies.length}: ${foldLabel(f)}`]);
+    });
+  }
   for (const [attr, shape, dtype, bytes, sid, version] of n.saved) {
     rows.push(["saved", sid >= 0
       ? `_saved_${attr} [${shape.join(", ")}] ${dtype} ${bytes.toLocaleString("en-US")} B storage #${sid} version ${version}`
@@ -64,10 +188,9 @@ function rowsOf(nodes, i, targetsLabel) {   // the same rows, in the same words,
 
 // graph_boxes.view: one box per outermost collapsed module (or per node), sized to its text, laid out.
 export function viewOf(graph, expanded) {
-  const members = new Map();
+  const members = new Map(), runs = foldedRuns(graph.folds, expanded);
   graph.nodes.forEach((n, i) => {
-    const collapsed = n.group.find((p) => !expanded.has(p));
-    const key = collapsed === undefined ? `n:${i}` : `g:${collapsed}`;
+    const key = boxKey(n, i, expanded, runs);
     if (!members.has(key)) members.set(key, []);
     members.get(key).push(i);
   });
@@ -219,9 +342,19 @@ function makeBox(graph, key, nodes) {
     const w = boxWidth(first.label, "");
     return { ...base, kind: first.kind, w, lines: [fitted(first.label, w - 2 * PAD, COLUMN)], title: first.tip || first.label };
   }
+  if (key.startsWith("f:")) return foldBox(graph, key, base);
   const path = key.slice(2), root = first.group[0], { kind, summary } = graph.info.get(path);
   const name = path !== root && path.startsWith(root + ".") ? path.slice(root.length + 1) : path;
   const head = kind && kind !== name ? `${name} · ${kind}` : name, w = boxWidth(head, summary);
   return { ...base, kind: "group", w, lines: [fitted(head, w - 2 * PAD, COLUMN), fitted(summary, w - 2 * PAD, SUB_COLUMN)],
     title: kind ? `${path} · ${kind}: ${summary}` : `${path}: ${summary}` };
+}
+
+function foldBox(graph, key, base) {     // graph_boxes._fold_box
+  const [first, last] = key.slice(2).split("|"), [f, a] = graph.where.get(first), b = graph.where.get(last)[1];
+  const fold = graph.folds[f], name = `${span(fold, a, b)} · ${fold.kind}`, count = b > a ? ` × ${b - a + 1}` : "";
+  const head = name + count, summary = (b > a ? "each " : "") + graph.info.get(fold.copies[a]).summary;
+  const w = boxWidth(head, summary), cut = fitted(name, w - 2 * PAD - columns(count) * COLUMN, COLUMN) + count;
+  return { ...base, kind: "fold", w, lines: [cut, fitted(summary, w - 2 * PAD, SUB_COLUMN)],
+    title: `${head}: ${summary}; folded, of ${foldLabel(fold)}: click to open ${fold.names[a]}`, fold: f, first: a, last: b };
 }

@@ -29,7 +29,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbhelpers import arguments, graph_boxes, graph_layout
+from nbhelpers import arguments, graph_boxes, graph_folds, graph_layout
 from nbhelpers.autograd_graph import Graph
 from nbhelpers.graph_boxes import View, render_svg
 from nbhelpers.module_scope import OUTSIDE
@@ -100,7 +100,7 @@ def from_autograd(graph: Graph) -> GraphData:
         group = n.modules
         kind = "leaf" if n.is_leaf else "saves" if n.saved else "op"
         nodes.append(ViewNode(n.label, kind, group, saved, n.name if n.is_leaf else "",
-                              notes=(("fills", f"{n.label}.grad"),) if n.is_leaf else ()))
+                              notes=(("fills", f"{n.label}.grad {list(n.shape)}"),) if n.is_leaf else ()))
     return GraphData(tuple(nodes), tuple((e.src, e.dst) for e in graph.edges), graph.order,
                      module_types=graph.module_types)
 
@@ -112,6 +112,7 @@ def details(data: GraphData, node: int) -> tuple[tuple[str, str], ...]:
     n = data.nodes[node]
     rows = [("op", n.op)] if n.op else []
     rows.append(("module", n.group[-1] if n.group else OUTSIDE))
+    rows += graph_folds.copy_rows(graph_folds.folds(data), n.group)      # which copy, when it is in a fold
     rows += [("saved", f"{s.attr} [{', '.join(map(str, s.shape))}] {s.dtype} {s.nbytes:,} B storage #{s.storage} "
                        f"version {s.version}"
               if s.storage >= 0 else f"{s.attr} packed by a saved-tensor hook as {s.dtype}: no tensor held")

@@ -5,7 +5,8 @@
 const KINDS = { op: "op", saves: "op that saves tensors for backward", leaf: "leaf: fills a parameter's .grad",
   group: "module, collapsed: click to expand", input: "input", line: "source line", break: "graph break",
   kernel: "generated kernel", call: "a call of the compiled function", entry: "a compiled entry (guards and graphs)",
-  guard: "a guard that failed: why it recompiled", error: "the op that raised: the forward stopped here" };
+  guard: "a guard that failed: why it recompiled", error: "the op that raised: the forward stopped here",
+  fold: "repeated modules with the same graph, folded: click to open one" };
 const FILLS = { line: "linebox", call: "input", entry: "op", guard: "break" };   // kinds that share a colour
 const MARKS = { added: "only in the right graph", removed: "only in the left graph", changed: "saved bytes differ" };
 const STATES = { selected: "selected", linked: "linked to the selection", match: "matches the search",
@@ -17,13 +18,13 @@ const CSS = `
   --gv-group: #ece6f5; --gv-input: #d9f2d9; --gv-linebox: #f1f1f1; --gv-break: #f7c6c6; --gv-kernel: #fde7c8;
   --gv-stroke: #555; --gv-added: #1a7f1a; --gv-removed: #c22; --gv-changed: #b06000; --gv-match: #0560c0;
   --gv-sel: #c00; --gv-share: #ffe27a; --gv-run: #ffb347; --gv-linked: #9fe39f; --gv-box-fg: #111;
-  --gv-error: #e05252; --gv-saved: #8fd0ff;
+  --gv-error: #e05252; --gv-saved: #8fd0ff; --gv-fold: #f3dcef;
   font: 13px sans-serif; color: var(--gv-fg); background: var(--gv-bg); }
 .gv.gv-dark { --gv-bg: #1e1e1e; --gv-fg: #eee; --gv-line: #999; --gv-border: #555; --gv-op: #233a57; --gv-leaf: #1f4a2a; --gv-saves: #5a3d12;
   --gv-group: #3b3055; --gv-input: #1f4a2a; --gv-linebox: #333; --gv-break: #6a2424; --gv-kernel: #5a3d12;
   --gv-stroke: #aaa; --gv-added: #5fd35f; --gv-removed: #ff7b7b; --gv-changed: #ffb454; --gv-match: #6cb6ff;
   --gv-sel: #ff5c5c; --gv-share: #7a6a10; --gv-run: #8a5200; --gv-linked: #2f6f2f; --gv-box-fg: #f2f2f2;
-  --gv-error: #8c2a2a; --gv-saved: #1d5a80; }
+  --gv-error: #8c2a2a; --gv-saved: #1d5a80; --gv-fold: #5a2f52; }
 .gv button, .gv input { font: inherit; color: inherit; background: var(--gv-bg); border: 1px solid var(--gv-border);
   border-radius: 3px; padding: 1px 6px; }
 .gv button:disabled { opacity: 0.6; }
@@ -61,6 +62,8 @@ ${Object.keys(KINDS).map((k) => `.gv-k-${k} rect, .gv-sw.gv-k-${k} { fill: var(-
 .gv-details dt { font-weight: bold; float: left; clear: left; width: 8em; }
 .gv-details dd { margin-left: 8.5em; font-family: monospace; white-space: pre-wrap; max-height: 24em; overflow: auto; }
 .gv-path button { margin-right: 4px; }
+.gv-folds { display: flex; flex-wrap: wrap; gap: 4px 12px; font-size: 12px; margin-bottom: 2px; }
+.gv-folds select { font: inherit; color: inherit; background: var(--gv-bg); border: 1px solid var(--gv-border); }
 .gv-table table { border-collapse: collapse; font-size: 12px; }
 .gv-table td, .gv-table th { border: 1px solid var(--gv-border); padding: 1px 4px; text-align: left; }
 @media print { .gv-bar, .gv-info, .gv-table { display: none; } .gv-stage { height: auto !important; border: 0; }
@@ -172,6 +175,7 @@ class Pane {
     const pane = tag("div", undefined, parent, "gv-pane");
     tag("div", graph.title, pane, "gv-title");
     this.hint = tag("div", "", pane, "gv-hint");           // says so when the graph goes on past the frame
+    this.foldBar = tag("div", undefined, pane, "gv-folds");   // a chooser per open fold: which copy it shows
     const stage = this.stage = tag("div", undefined, pane, "gv-stage");
     stage.tabIndex = 0;
     stage.setAttribute("role", "group");
@@ -475,7 +479,9 @@ class Controller {
   showModule(pane, box) {
     this.panel.replaceChildren();
     tag("div", box.title, this.panel, "gv-heading");
-    tag("div", "Press Enter or click it to open this module alone.", this.panel);
+    tag("div", box.kind === "fold" ? `Press Enter or click it to open ${pane.graph.folds[box.fold].names[box.first]}; `
+      + "the other copies stay folded, and the chooser above the graph shows another instead."
+      : "Press Enter or click it to open this module alone.", this.panel);
     this.info.textContent = `module ${box.title}`;
   }
 
@@ -510,6 +516,55 @@ class Controller {
     this.afterLayout();
   }
 
+  // Show copy `path` of its fold alone, open as the first open copy was (the same modules open inside it), the
+  // others folded, on every pane that has that fold; null folds them all.
+  showCopy(pane, fold, path) {
+    const targets = this.panes.length > 1 ? this.panes : [pane];
+    for (const p of targets) {
+      const at = p.graph.where.get(fold.copies[0]);
+      if (!at) continue;
+      const copies = p.graph.folds[at[0]].copies, was = copies.find((c) => p.expanded.has(c)), inside = [];
+      for (const q of [...p.expanded]) {
+        const copy = copies.find((c) => q === c || q.startsWith(c + "."));
+        if (copy === undefined) continue;
+        if (copy === was && q !== was) inside.push(q.slice(was.length));
+        p.expanded.delete(q);
+      }
+      if (path !== null) [path, ...inside.map((suffix) => path + suffix)].forEach((q) => p.expanded.add(q));
+      p.relayout();
+    }
+    if (path === null) {
+      this.info.textContent = `folded ${foldLabel(fold)}: ${pane.view.boxes.length} boxes`;
+      return this.afterLayout();
+    }
+    const k = pane.graph.where.get(path)[1];
+    const box = pane.view.boxOf.get(pane.graph.nodes.findIndex((n) => n.group.includes(path)));
+    if (box !== undefined) pane.centreOn(box);
+    this.info.textContent = `showing ${fold.names[k]}, copy ${k + 1} of ${fold.copies.length} of ${foldLabel(fold)}: `
+      + `${pane.view.boxes.length} boxes`;
+    this.afterLayout();
+  }
+
+  // A chooser above the pane for each fold in sight with a copy open and others folded: the (first) copy it
+  // shows, any other to pick instead, and a button to fold it again.
+  foldChoosers(pane) {
+    pane.foldBar.replaceChildren();
+    pane.graph.folds.forEach((fold) => {
+      const shown = fold.copies.findIndex((c) => pane.expanded.has(c)), copy = fold.copies[shown];
+      if (shown < 0 || fold.copies.every((c) => pane.expanded.has(c))) return;
+      const chain = pane.graph.nodes.find((n) => n.group.includes(copy)).group;
+      if (!chain.slice(0, chain.indexOf(copy)).every((p) => pane.expanded.has(p))) return;   // its parent is shut
+      const item = tag("span", undefined, pane.foldBar), label = tag("label", `${foldLabel(fold)}: showing `, item);
+      const choose = tag("select", undefined, label);
+      fold.names.forEach((name, k) => { const option = tag("option", name, choose); option.value = String(k); });
+      choose.value = String(shown);
+      choose.addEventListener("change", () => this.showCopy(pane, fold, fold.copies[Number(choose.value)]));
+      const again = tag("button", "fold", item, "gv-fold-again");
+      again.title = `fold ${foldLabel(fold)} again`;
+      again.addEventListener("click", () => this.showCopy(pane, fold, null));
+    });
+  }
+
   setAll(expanded) {
     for (const p of this.panes) { p.expanded = new Set(expanded(p)); p.relayout(); }
     this.afterLayout();
@@ -517,6 +572,7 @@ class Controller {
 
   afterLayout() {
     const boxes = (n) => `${n} box${n === 1 ? "" : "es"}`;
+    this.panes.forEach((p) => this.foldChoosers(p));
     this.buttons.counts.textContent = this.panes.map((p) => `${boxes(p.view.boxes.length)} of ${p.graph.nodes.length} nodes`)
       .join(" | ");
     legend(this.legendBox, this.panes);
@@ -526,6 +582,7 @@ class Controller {
   click(pane, i) {                  // the panes' hooks: click, hover, key
     const b = pane.view.boxes[i];
     if (b.kind === "group") return this.setOpen(pane, b.key.slice(2), true);
+    if (b.kind === "fold") return this.setOpen(pane, pane.graph.folds[b.fold].copies[b.first], true);
     this.select(pane, b.members[0]);
   }
 
@@ -544,7 +601,7 @@ class Controller {
 
   moveCursor(pane, key) {
     const v = pane.view, next = pane.cursor < 0 ? 0 : neighbour(v, pane.cursor, key), b = v.boxes[next];
-    if (b.kind === "group") {
+    if (b.kind === "group" || b.kind === "fold") {
       this.select(pane, -1);
       pane.cursor = next;
       pane.mark();

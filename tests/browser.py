@@ -192,20 +192,35 @@ def check_wide_views_say_so(page) -> int:
 
 
 def check_one_module_opens(view) -> None:
-    """02's ResNet view, opened with only the model expanded: a click opens layer1 alone, a click on a node
-    inside it and then on `ResNet.layer1` in its module path shuts it again."""
-    assert {"g:ResNet.layer1", "g:ResNet.layer2", "g:ResNet.layer4"} <= box_keys(view)
+    """02's ResNet view, opened with only the model expanded: a click opens layer1 alone, its two blocks one
+    folded box; a click on the fold opens layer1.0 and the chooser's button folds it again; the chooser shows
+    layer1.1 instead (a node in it names its copy), and the node's module path shuts layer1 again."""
+    shut = box_keys(view)
+    assert {"g:ResNet.layer1", "g:ResNet.layer2", "g:ResNet.layer4"} <= shut
     click_key(view, "g:ResNet.layer1")
     keys = box_keys(view)
-    assert {"g:ResNet.layer1.0", "g:ResNet.layer1.1", "g:ResNet.layer2", "g:ResNet.layer3"} <= keys, keys
+    assert {"f:ResNet.layer1.0|ResNet.layer1.1", "g:ResNet.layer2", "g:ResNet.layer3"} <= keys, keys
     assert not any(k.startswith("g:ResNet.layer2.") for k in keys) and "g:ResNet.layer1" not in keys
-    assert view.locator(".gv-count").inner_text() == "13 boxes of 133 nodes"
-    click_key(view, "g:ResNet.layer1.0")
-    node = next(k for k in box_keys(view) - keys if k.startswith("n:"))      # a node of layer1.0, now drawn
+    assert view.locator(".gv-count").inner_text() == "12 boxes of 133 nodes"
+    assert view.locator(".gv-folds select").count() == 0                      # nothing open: nothing to choose
+    click_key(view, "f:ResNet.layer1.0|ResNet.layer1.1")                       # the fold: opens its first copy
+    first = box_keys(view)
+    assert {"g:ResNet.layer1.0.conv1", "f:ResNet.layer1.1|ResNet.layer1.1"} <= first, first
+    view.locator(".gv-folds button.gv-fold-again").first.click()               # the chooser's button folds it
+    assert box_keys(view) == keys and view.locator(".gv-folds select").count() == 0
+    click_key(view, "f:ResNet.layer1.0|ResNet.layer1.1")
+    assert box_keys(view) == first
+    chooser = view.locator(".gv-folds select").first
+    assert chooser.input_value() == "0" and chooser.locator("option").all_inner_texts() == ["layer1.0", "layer1.1"]
+    chooser.select_option("1")                                                 # the other copy instead
+    second = box_keys(view)
+    assert {"g:ResNet.layer1.1.conv1", "f:ResNet.layer1.0|ResNet.layer1.0"} <= second, second
+    assert not any(k.startswith("g:ResNet.layer1.0.") for k in second)
+    node = next(k for k in second - keys if k.startswith("n:"))                # layer1.1's residual add
     click_key(view, node)
-    assert "ResNet.layer1.0" in view.locator(".gv-details").inner_text()
+    assert "layer1.1 is copy 2 of 2: layer1.0-1 · BasicBlock × 2" in view.locator(".gv-details").inner_text()
     view.locator(".gv-path button", has_text="ResNet.layer1").first.click()
-    assert box_keys(view) == keys - {"g:ResNet.layer1.0", "g:ResNet.layer1.1"} | {"g:ResNet.layer1"}
+    assert box_keys(view) == shut and view.locator(".gv-folds select").count() == 0   # layer1, all inside it, shut
 
 
 def check_keyboard(view) -> None:

@@ -17,6 +17,19 @@ class Residual(nn.Module):
         return torch.relu(x + self.body(x))
 
 
+class OutsideResidual(nn.Module):
+    """`x = x + block(x)` written in the parent: the add sits between every two blocks of one graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(4, 4), nn.Tanh()) for _ in range(4))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x)
+        return x
+
+
 class Shared(nn.Module):
     def __init__(self):
         super().__init__()

@@ -13,10 +13,10 @@ import pytest
 import torch
 from torch import nn
 
-from nbhelpers import (autograd_graph, forward_graph, forward_view, graph_boxes, graph_layout, graph_view, models,
-                       module_scope)
+from nbhelpers import (autograd_graph, forward_graph, forward_view, graph_boxes, graph_folds, graph_layout, graph_view,
+                       models, module_scope)
 from tests import REPO
-from tests.graph_cases import Residual
+from tests.graph_cases import OutsideResidual, Residual
 
 FIXTURE = REPO / "tests" / "fixtures" / "layout_graphs.json"     # written by tests/benchmarks/layout_vs_dagre.py
 DRIVER = """
@@ -29,9 +29,11 @@ for (const [name, g] of Object.entries(job.layouts)) {
   out.layouts[name] = { ...d, crossings: gv.crossings(d) };
 }
 for (const { state, expanded } of job.views) {
-  const v = gv.viewOf(gv.unpackState(state), new Set(expanded));
+  const graph = gv.unpackState(state), v = gv.viewOf(graph, new Set(expanded));
   out.views.push({ boxes: v.boxes.map((b) => [b.key, b.lines, b.title, b.kind, b.members, b.x, b.y, b.w, b.h]),
-    edges: v.edges.map((e) => [e.from, e.to, e.points, e.label, e.labelAt]), width: v.width, height: v.height });
+    edges: v.edges.map((e) => [e.from, e.to, e.points, e.label, e.labelAt]), width: v.width, height: v.height,
+    folds: graph.folds.map((f) => [f.parent, f.kind, f.copies, f.names, f.nodes, gv.foldLabel(f)]),
+    rows: graph.nodes.map((n) => n.rows) });
 }
 process.stdout.write(JSON.stringify(out));
 """
@@ -95,25 +97,39 @@ def _cases() -> dict[str, graph_view.GraphData]:
     deep = nn.Sequential(*[nn.Sequential(nn.Linear(6, 6), nn.Tanh()) for _ in range(12)])
     cases["deep forward"], _, _, _ = forward_view.twin(forward_graph.trace(deep, torch.randn(2, 6)))   # long
     # edges from the parameters at the top, so labels past their first segments and straight vertical runs
+    cases["outside residual"] = _graph(OutsideResidual(), lambda m: m(torch.randn(2, 4, requires_grad=True)).sum())
+    cases["gpt2"] = _graph(_tiny_gpt2(), lambda m: m(input_ids=torch.arange(8).reshape(2, 4)).logits.sum())
     return cases
+
+
+def _tiny_gpt2():
+    """Four GPT2Blocks (a fold) with three Conv1D siblings of different shapes inside each (no fold)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=4, n_embd=16, n_head=2, vocab_size=32, n_positions=8)
+    return transformers.GPT2LMHeadModel(config)
 
 
 def _expansions(data: graph_view.GraphData) -> list[frozenset[str]]:
     paths = list(dict.fromkeys(p for n in data.nodes for p in n.group))
     first = graph_boxes.first_expansion(data)
-    return [frozenset(), first, frozenset(paths), first | {paths[-1]}, frozenset(paths[:1] + paths[2:3])]
+    opened = [first | {paths[0], f.parent, f.copies[1]} for f in graph_folds.folds(data)]   # a middle or last copy
+    return [frozenset(), first, frozenset(paths), first | {paths[-1]}, frozenset(paths[:1] + paths[2:3]), *opened]
 
 
 def test_the_browser_draws_the_boxes_python_draws_for_every_expansion(tmp_path):
     jobs, expected = [], []
     for data in _cases().values():
+        folds = [[f.parent, f.kind, list(f.copies), list(f.names), f.nodes, f.label] for f in graph_folds.folds(data)]
+        rows = [[list(r) for r in graph_view.details(data, i)] for i in range(len(data.nodes))]
         for expanded in _expansions(data):
             jobs.append({"state": graph_view._state(data, expanded), "expanded": sorted(expanded)})
-            expected.append(_python_view(graph_boxes.view(data, expanded)))
+            expected.append({**_python_view(graph_boxes.view(data, expanded)), "folds": folds, "rows": rows})
     got = run_js(tmp_path, {"layouts": {}, "views": jobs})["views"]
-    assert len(got) == len(expected) == 30
+    assert len(got) == len(expected) >= 35
     for mine, theirs in zip(expected, got):
-        assert mine == theirs                                  # keys, cut labels, tooltips, places, routes
+        assert mine == theirs                       # keys, cut labels, tooltips, places, routes, folds, panel rows
+    kinds = {b[0].split(":")[0] for view in expected for b in view["boxes"]}
+    assert kinds == {"n", "g", "f"}                 # every kind of box was compared, folds and a copy opened
 
 
 def test_a_cut_label_ends_in_an_ellipsis_inside_its_box_and_the_tooltip_keeps_it_whole():

@@ -100,8 +100,12 @@ def test_collapsed_boxes_follow_the_module_tree():
 def test_opening_one_module_leaves_its_siblings_collapsed_and_names_them_from_the_root():
     data = _resnet18()
     view = graph_view.view(data, {"ResNet", "ResNet.layer1"})
-    groups = {b.key: b.lines for b in view.boxes if b.kind == "group"}
-    assert groups["g:ResNet.layer1.0"] == ("layer1.0 · BasicBlock", "13 nodes · 691 kB saved")
+    groups = {b.key: b.lines for b in view.boxes if b.kind in ("group", "fold")}
+    assert groups["f:ResNet.layer1.0|ResNet.layer1.1"] == ("layer1.0-1 · BasicBlock × 2",
+                                                           "each 13 nodes · 691 kB saved")
+    one = {b.key: b.lines for b in graph_view.view(data, {"ResNet", "ResNet.layer1", "ResNet.layer1.1"}).boxes}
+    assert one["f:ResNet.layer1.0|ResNet.layer1.0"] == ("layer1.0 · BasicBlock", "13 nodes · 691 kB saved")
+    assert one["g:ResNet.layer1.1.conv1"][0] == "layer1.1.conv1 · Conv2d"          # the copy opened, by its name
     assert groups["g:ResNet.layer2"][0] == "layer2 · Sequential" and "g:ResNet.layer2.0" not in groups
     assert groups["g:ResNet.layer2"][1] == f"31 nodes · {graph_boxes._size(_saved(data, 'ResNet.layer2'))} saved"
 
@@ -170,7 +174,8 @@ def test_details_are_what_backward_needs_to_know():
     assert any(field == "saved" and "storage #" in text and "version 0" in text
                for field, text in graph_view.details(data, conv))
     leaf = next(i for i, n in enumerate(data.nodes) if n.kind == "leaf")
-    assert dict(graph_view.details(data, leaf))["fills"].endswith(".grad")
+    name, shape = data.nodes[leaf].label, list(dict(models.cnn().named_parameters())[data.nodes[leaf].label].shape)
+    assert dict(graph_view.details(data, leaf))["fills"] == f"{name}.grad {shape}"
 
 
 def test_the_widget_state_is_the_graph_deflated():
@@ -183,7 +188,7 @@ def test_the_widget_state_is_the_graph_deflated():
     bundle = widget._repr_mimebundle_()
     assert bundle["image/svg+xml"].startswith("<svg") and "application/vnd.jupyter.widget-view+json" in bundle
     widget.expanded = ["ResNet", "ResNet.layer1"]               # what the learner opened is what the SVG shows
-    assert "layer1.0 · BasicBlock" in widget._repr_mimebundle_()["image/svg+xml"]
+    assert "layer1.0-1 · BasicBlock × 2" in widget._repr_mimebundle_()["image/svg+xml"]   # its two blocks, folded
 
 
 def test_the_diff_of_checkpointing_accounts_for_every_saved_byte():
