@@ -231,12 +231,12 @@ def legible(shown: View, stage_w: float = STAGE_W) -> bool:
 
 
 def first_expansion(data, info: dict[str, ModuleInfo] | None = None, tries: int = 12,
-                    stage_w: float = STAGE_W) -> frozenset[str]:
+                    stage_w: float = STAGE_W, found: tuple[graph_folds.Fold, ...] | None = None) -> frozenset[str]:
     """The modules the first view opens: the module tree a whole level at a time, outermost first, while the
     view stays legible in `stage_w` pixels (at most `tries` layouts). Whole levels: siblings look alike,
     none opened alone; but of repeated blocks (graph_folds) only the first copy opens, the rest stay folded."""
     info = module_info(data) if info is None else info
-    found = graph_folds.folds(data)
+    found = graph_folds.folds(data) if found is None else found
     later = {path for fold in found for path in fold.copies[1:]}       # folded: one copy of each is opened
     expanded: frozenset[str] = frozenset()
     level = list(dict.fromkeys(n.group[0] for n in data.nodes if n.group))

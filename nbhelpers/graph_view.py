@@ -148,8 +148,9 @@ def _view(function: str, data, expanded) -> View:
         raise TypeError(f"{function}: `expanded` must be module paths (a set or list of str), such as "
                         f"{{'ResNet', 'ResNet.layer1'}}; got {arguments.given(expanded)}")
     info = graph_boxes.module_info(data)               # once: the first view's trial layouts use it too
-    opened = graph_boxes.first_expansion(data, info) if expanded is None else frozenset(expanded)
-    return graph_boxes.view(data, opened, info)
+    found = graph_folds.folds(data)                    # once: both need them
+    opened = graph_boxes.first_expansion(data, info, found=found) if expanded is None else frozenset(expanded)
+    return graph_boxes.view(data, opened, info, found)
 
 
 def _state(data: GraphData, expanded: frozenset[str], info: dict | None = None) -> dict:
@@ -293,8 +294,10 @@ def _panes(datas, expanded=None) -> tuple[tuple, list[dict]]:
     sides, states = [], []
     for data in datas:
         info = graph_boxes.module_info(data)
-        opened = graph_boxes.first_expansion(data, info, stage_w=width) if expanded is None else frozenset(expanded)
-        shown = graph_boxes.view(data, opened, info)
+        found = graph_folds.folds(data)
+        opened = graph_boxes.first_expansion(data, info, stage_w=width, found=found) if expanded is None \
+            else frozenset(expanded)
+        shown = graph_boxes.view(data, opened, info, found)
         sides.append((data, shown))
         states.append(_state(data, shown.expanded, info))
     return tuple(sides), states
