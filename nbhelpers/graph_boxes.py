@@ -39,7 +39,7 @@ KINDS = {"op": "op", "saves": "op that saves tensors for backward", "leaf": "lea
          "break": "graph break", "kernel": "generated kernel", "call": "a call of the compiled function",
          "entry": "a compiled entry (guards and graphs)", "guard": "a guard that failed: why it recompiled",
          "error": "the op that raised: the forward stopped here",
-         "fold": "repeated modules with the same graph, folded: click to open one"}
+         "fold": "repeated blocks, folded: click to open one"}
 MARKS = {"added": "only in the right graph", "removed": "only in the left graph", "changed": "saved bytes differ"}
 LEGEND = {"fill": KINDS, "outline": MARKS}
 FILL = {"op": "#dbe8f7", "leaf": "#d9f2d9", "saves": "#fde7c8", "group": "#ece6f5", "input": "#d9f2d9",

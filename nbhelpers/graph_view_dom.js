@@ -6,7 +6,7 @@ const KINDS = { op: "op", saves: "op that saves tensors for backward", leaf: "le
   group: "module, collapsed: click to expand", input: "input", line: "source line", break: "graph break",
   kernel: "generated kernel", call: "a call of the compiled function", entry: "a compiled entry (guards and graphs)",
   guard: "a guard that failed: why it recompiled", error: "the op that raised: the forward stopped here",
-  fold: "repeated modules with the same graph, folded: click to open one" };
+  fold: "repeated blocks, folded: click to open one" };
 const FILLS = { line: "linebox", call: "input", entry: "op", guard: "break" };   // kinds that share a colour
 const MARKS = { added: "only in the right graph", removed: "only in the left graph", changed: "saved bytes differ" };
 const STATES = { selected: "selected", linked: "linked to the selection", match: "matches the search",
