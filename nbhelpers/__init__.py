@@ -25,13 +25,14 @@ The map. Each module has one layer and imports only from its own layer and the l
 | progress          | foundation | 05 07 11                   | one line a long call redraws in place; none stored   |
 | compile_report    | record     | -                          | compile_lens's report: graphs, breaks, kernels       |
 | storage           | instrument | 01                         | storages, views, strides, version counters, lifetimes |
-| module_scope      | instrument | 02                         | which module is running, in forward and backward     |
+| module_scope      | instrument | 02 09                      | which module is running, in forward and backward     |
 | autograd_graph    | instrument | 02 08 12                   | a backward graph as data: nodes, saved tensors, order |
 | forward_graph     | instrument | 02 12                      | the forward's ATen ops, shapes, and the node each made |
 | memory            | instrument | 01 02 08                   | live bytes per op, module and phase; saved bytes     |
 | memory_agreement  | instrument | 08                         | memory.track against torch's MemTracker, to the byte |
 | eager_only        | instrument | 08                         | dispatch modes say when a compiled call ran eagerly  |
 | profiling         | instrument | 09                         | profiler traces as data; FLOPs, bytes, regime        |
+| node_times        | instrument | 09                         | a backward's time given to its autograd nodes        |
 | flop_formulas     | instrument | -                          | FLOPs of the ops FlopCounterMode counts 0 (attention) |
 | module_work       | instrument | -                          | FLOPs and bytes per module, against FlopCounterMode  |
 | model_call        | instrument | -                          | a model's call as people pass it; its output's loss  |

@@ -1,0 +1,44 @@
+"""nbhelpers.node_times: a backward's profile given to the nodes that ran it, every node once, by name."""
+import pytest
+import torch
+from torch import nn
+
+from nbhelpers import models, module_scope, node_times
+
+
+def _timed(model, x):
+    with module_scope.record():
+        loss = model(x).sum()
+    return node_times.backward(loss, module=model)
+
+
+def test_every_node_gets_its_own_range_and_the_times_add_up_to_the_profile():
+    torch.manual_seed(0)
+    graph, times = _timed(models.mlp(), torch.rand(16, 784))
+    assert sorted(t.node for t in times.nodes) == list(range(len(graph.nodes)))      # each node once
+    assert [t.node for t in times.nodes] == list(graph.order)                        # in backward's order
+    owned = sum(t.us for t in times.nodes)
+    assert owned + sum(us for _, us in times.unowned) == pytest.approx(times.total_us)
+    assert [name for name, _ in times.unowned] == ["aten::ones_like"]    # backward()'s seed gradient, made outside
+    addmm = [t for t in times.nodes if graph.nodes[t.node].label == "AddmmBackward0"]
+    assert all(any(name == "aten::mm" for name, _ in t.ops) for t in addmm)           # its matmuls, inside it
+
+
+def test_a_profile_of_another_graph_is_refused_by_name():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+    graph, _ = _timed(net, torch.randn(2, 4))
+    other = nn.Sequential(nn.Linear(4, 4), nn.Sigmoid())
+    with module_scope.record():
+        loss = other(torch.randn(2, 4)).sum()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        loss.backward()
+    with pytest.raises(ValueError, match="no node of this graph"):
+        node_times.attribute(graph, prof.events())
+
+
+def test_a_loss_that_is_not_a_scalar_with_a_graph_gets_a_clear_error():
+    with pytest.raises(ValueError, match="must be a scalar with a grad_fn"):
+        node_times.backward(torch.ones(3, requires_grad=True) * 2)
+    with pytest.raises(TypeError, match="loss"):
+        node_times.backward("loss")
