@@ -53,7 +53,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | edge_labels       | view       | -                          | where edge labels go: clear of boxes and each other  |
 | graph_folds       | view       | 02                         | repeated blocks with the same graph, folded          |
 | graph_boxes       | view       | -                          | a view's boxes: open modules, cut labels, the SVG    |
-| graph_view        | view       | 02 05 10 11 12             | a clickable graph: JupyterLab, static site, SVG      |
+| graph_view        | view       | 02 05 09 10 11 12          | a clickable graph: JupyterLab, static site, SVG      |
 | graph_diff        | view       | 02 11                      | two graphs, node by node                             |
 | forward_view      | view       | -                          | a forward graph as view data, linked to its backward |
 | compile_view      | view       | 05 10 11                   | compile_lens reports and exports as graph views      |

@@ -29,7 +29,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from nbhelpers import arguments, graph_boxes, graph_folds, graph_layout
+from nbhelpers import arguments, graph_boxes, graph_folds, graph_layout, node_times
 from nbhelpers.autograd_graph import Graph
 from nbhelpers.graph_boxes import View, render_svg
 from nbhelpers.module_scope import OUTSIDE
@@ -87,10 +87,16 @@ class GraphData:
     edge_labels: tuple[str, ...] = ()          # one per edge, drawn on it (a forward graph's tensor shapes), or none
 
 
-def from_autograd(graph: Graph) -> GraphData:
-    """A backward graph as view data: each node's op, saved tensors, where its gradients go."""
+def from_autograd(graph: Graph, times=None) -> GraphData:
+    """A backward graph as view data: each node's op, saved tensors, where its gradients go; with `times` (a
+    node_times.BackwardTimes of this graph) each node's time and profiler events in its details, and what no node
+    owns in the title."""
     arguments.require("graph_view.from_autograd", "graph", graph, Graph,
                       "an autograd_graph.Graph (autograd_graph.trace(loss))")
+    if times is not None:
+        arguments.require("graph_view.from_autograd", "times", times, node_times.BackwardTimes,
+                          "a node_times.BackwardTimes of the same graph (node_times.backward(loss)), or None")
+    timed = {t.node: t for t in times.nodes} if times is not None else {}
     storage_ids: dict[int, int] = {}
     nodes = []
     for n in graph.nodes:
@@ -99,10 +105,26 @@ def from_autograd(graph: Graph) -> GraphData:
                       else SavedRow(s.attr, (), s.packed, 0, -1, 0) for s in n.saved)   # a hook's object: no storage
         group = n.modules
         kind = "leaf" if n.is_leaf else "saves" if n.saved else "op"
+        fills = (("fills", f"{n.label}.grad {list(n.shape)}"),) if n.is_leaf else ()
         nodes.append(ViewNode(n.label, kind, group, saved, n.name if n.is_leaf else "",
-                              notes=(("fills", f"{n.label}.grad {list(n.shape)}"),) if n.is_leaf else ()))
+                              notes=fills + _time_rows(timed.get(len(nodes)), times)))
     return GraphData(tuple(nodes), tuple((e.src, e.dst) for e in graph.edges), graph.order,
-                     module_types=graph.module_types)
+                     title=_time_title(times) if times is not None else "", module_types=graph.module_types)
+
+
+def _time_rows(timed, times) -> tuple[tuple[str, str], ...]:
+    """A node's time and share of the backward, and its aten ops by self time (the costliest first)."""
+    if timed is None:
+        return ()
+    ops = sorted(timed.ops, key=lambda op: -op[1])
+    return (("time", f"{timed.us:,.0f} us, {times.share(timed):.1%} of the backward"),
+            ("profiler events", ", ".join(f"{name} {us:,.0f} us" for name, us in ops) or "none"))
+
+
+def _time_title(times) -> str:
+    """The backward's total, and what the profiler saw outside every node."""
+    outside = ", ".join(f"{name} {us:,.0f} us" for name, us in times.unowned) or "nothing"
+    return f"backward {times.total_us:,.0f} us; outside every node: {outside}"
 
 
 def details(data: GraphData, node: int) -> tuple[tuple[str, str], ...]:

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch import nn
 
-from nbhelpers import models, module_scope, node_times
+from nbhelpers import graph_view, models, module_scope, node_times
 
 
 def _timed(model, x):
@@ -42,3 +42,18 @@ def test_a_loss_that_is_not_a_scalar_with_a_graph_gets_a_clear_error():
         node_times.backward(torch.ones(3, requires_grad=True) * 2)
     with pytest.raises(TypeError, match="loss"):
         node_times.backward("loss")
+
+
+def test_the_view_data_carries_each_nodes_time_and_events_and_names_what_no_node_owns():
+    torch.manual_seed(0)
+    graph, times = _timed(models.mlp(), torch.rand(16, 784))
+    data = graph_view.from_autograd(graph, times=times)
+    slowest = max(times.nodes, key=lambda t: t.us)
+    rows = dict(graph_view.details(data, slowest.node))
+    assert rows["time"] == f"{slowest.us:,.0f} us, {times.share(slowest):.1%} of the backward"
+    listed = rows["profiler events"].split(", ")
+    assert len(listed) == len(slowest.ops) and all(" us" in op for op in listed)     # every event, none dropped
+    assert data.title.startswith("backward ") and "outside every node: aten::ones_like" in data.title
+    assert "time" not in dict(graph_view.details(graph_view.from_autograd(graph), slowest.node))
+    with pytest.raises(TypeError, match="times"):
+        graph_view.from_autograd(graph, times={"fc1": 3.0})
