@@ -304,7 +304,7 @@ def _breaks(records, reasons, compiled: set[str]) -> tuple[Break, ...]:
             entry["ended"][at_entry] = None       # an ordered set: in the order compiled
         entry["explain"] |= (gb_type, file, lineno) in explained or any((f, int(n)) in stepped for f, n, _ in frames)
     return tuple(Break(known.get(gb, {}).get("code", ""), gb, e["line"], e["count"], e["explanation"], e["hints"],
-                       e["where"], e["explain"], e["entry"], e["place"], len(e["ended"]), tuple(e["ended"]))
+                       e["where"], e["explain"], e["entry"], e["place"], tuple(e["ended"]))
                  for (gb, *_), e in found.items())
 
 

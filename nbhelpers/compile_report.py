@@ -66,10 +66,14 @@ class Break:
     in_explain: bool = True    # a graph ended here, so explain lists it; False after an empty graph
     entry: str = ""            # the compiled entry it first happened in
     place: str = ""            # the user's line's file and number, "model.py:12" ("cell:3" in a notebook)
-    # how many compiled entries it ended with a graph: a break inside an inlined call is logged again in each
-    # nested frame Dynamo then tries (empty graphs there), so `count` can exceed the graphs it split
-    ended: int = 0
-    ended_in: tuple[str, ...] = ()   # those entries' ids ("0/0"): with Entry.call, which call's graphs it split
+    # the compiled entries it ended with a graph ("0/0"; with Entry.call, which call's graphs it split): a break
+    # inside an inlined call is logged again in each nested frame Dynamo then tries (empty graphs there), so
+    # `count` can exceed the graphs it split
+    ended_in: tuple[str, ...] = ()
+
+    @property
+    def ended(self) -> int:
+        return len(self.ended_in)
 
 
 @dataclass(frozen=True)

@@ -153,7 +153,7 @@ def _edge_label(labels: list[str]) -> str:
 def _box(data, key: str, nodes: list[int], info: dict[str, ModuleInfo]) -> Box:
     """The box `key` holds `nodes`, sized to its text (not yet placed)."""
     first = data.nodes[nodes[0]]
-    mark = next((data.nodes[i].mark for i in nodes if data.nodes[i].mark), "")
+    mark = _mark(data, nodes)
     nbytes = sum(data.nodes[i].saved_bytes for i in nodes)
     if not key.startswith("g:"):
         w = _width(first.label, "")
@@ -177,11 +177,16 @@ def _fold_box(data, key: str, nodes: list[int], info: dict[str, ModuleInfo], fou
     head = name + count
     summary = ("each " if b > a else "") + info[first].summary      # copies save tensors of the same shapes
     w = _width(head, summary)
-    mark = next((data.nodes[i].mark for i in nodes if data.nodes[i].mark), "")
+    mark = _mark(data, nodes)
     cut = fitted(name, w - 2 * PAD - columns(count) * COLUMN, COLUMN) + count     # a long name is cut, not the count
     return Box(key, (cut, fitted(summary, w - 2 * PAD, SUB_COLUMN)),
                f"{head}: {summary}; folded, of {fold.label}: click to open {fold.names[a]}", "fold", tuple(nodes),
                sum(data.nodes[i].saved_bytes for i in nodes), mark, w=w)
+
+
+def _mark(data, nodes: list[int]) -> str:
+    """A box's diff outline: its first marked node's."""
+    return next((data.nodes[i].mark for i in nodes if data.nodes[i].mark), "")
 
 
 def _relative(path: str, parent: str) -> str:

@@ -28,16 +28,16 @@ function boxWidth(head, sub) {         // graph_boxes._width: between MIN_W and 
 
 // The state (graph_view._state): `modules` is [path, index of the module it ran in or -1, class, summary]
 // per module chain; a node is [label, kind, index of its innermost module or -1, saved, targets, op, mark,
-// links, notes, tip, the label of each target's edge], each saved tensor [attr without "_saved_", shape, dtype,
+// links, notes, tip, the label of each target's edge, measured rows], each saved tensor [attr without "_saved_", shape, dtype,
 // bytes, storage id, version]. A twin view's forward state has `lit`: [backward node, forward nodes] pairs.
 export function unpackState(state) {
   const modules = state.modules, info = new Map();
   for (const [path, , kind, summary] of modules) if (!info.has(path)) info.set(path, { kind, summary });
-  const nodes = state.nodes.map(([label, kind, module, saved, targets, op, mark, links, notes, tip, labels]) => {
+  const nodes = state.nodes.map(([label, kind, module, saved, targets, op, mark, links, notes, tip, labels, measured]) => {
     const group = [];
     for (let k = module; k >= 0; k = modules[k][1]) group.unshift(modules[k][0]);
     return { label, kind, group, path: group.length ? group[group.length - 1] : "", saved, targets, op, mark,
-      links: links || [], notes: notes || [], tip: tip || "", labels: labels || [],
+      links: links || [], notes: notes || [], tip: tip || "", labels: labels || [], measured: measured || [],
       storages: saved.map((s) => s[4]).filter((s) => s >= 0), savedBytes: saved.reduce((t, s) => t + s[3], 0) };
   });
   const folds = foldsOf(nodes, info);
@@ -181,7 +181,7 @@ function rowsOf(nodes, i, targetsLabel, folds) {   // the same rows, in the same
   const labels = n.targets.map((t) => nodes[t].label);
   rows.push([targetsLabel, labels.length ? labels.join(", ") : "none"]);
   if (n.mark) rows.push(["diff", n.mark]);
-  rows.push(...n.notes);
+  rows.push(...n.notes, ...n.measured);
   if (n.links.length) rows.push(["lights up", `${n.links.length} linked nodes`]);
   return rows;
 }

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from nbhelpers import (autograd_graph, forward_graph, forward_view, graph_boxes, graph_folds, graph_layout, graph_view,
-                       module_scope)
+                       module_scope, node_times)
 from tests.graph_cases import OutsideResidual
 
 
@@ -126,3 +126,14 @@ def test_blocks_joined_through_their_parent_do_not_fold_into_a_box_before_and_af
     assert graph.loops_back(tuple(blocks[:2])) and _labels(data) == []   # ...but the adds between them: no fold
     shown = graph_view.view(data, {"OutsideResidual"})
     assert not graph_layout.cycle_edges(len(shown.boxes), [(e.src, e.dst) for e in shown.edges])
+
+
+def test_measured_times_in_the_panel_do_not_stop_copies_folding():
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18()
+    with module_scope.record():
+        loss = model(torch.rand(2, 3, 32, 32)).sum()
+    graph, times = node_times.backward(loss, module=model)           # each copy's time differs
+    timed = graph_view.from_autograd(graph, times=times)
+    assert _labels(timed) == _labels(graph_view.from_autograd(graph)) == ["layer1.0-1 · BasicBlock × 2"]

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from nbhelpers import (autograd_graph, forward_graph, forward_view, graph_boxes, graph_folds, graph_layout, graph_view,
-                       models, module_scope)
+                       models, module_scope, node_times)
 from tests import REPO
 from tests.graph_cases import OutsideResidual, Residual
 
@@ -97,9 +97,16 @@ def _cases() -> dict[str, graph_view.GraphData]:
     deep = nn.Sequential(*[nn.Sequential(nn.Linear(6, 6), nn.Tanh()) for _ in range(12)])
     cases["deep forward"], _, _, _ = forward_view.twin(forward_graph.trace(deep, torch.randn(2, 6)))   # long
     # edges from the parameters at the top, so labels past their first segments and straight vertical runs
+    cases["mlp timed"] = _timed(models.mlp(), torch.rand(4, 28, 28))    # measured rows in the panel
     cases["outside residual"] = _graph(OutsideResidual(), lambda m: m(torch.randn(2, 4, requires_grad=True)).sum())
     cases["gpt2"] = _graph(_tiny_gpt2(), lambda m: m(input_ids=torch.arange(8).reshape(2, 4)).logits.sum())
     return cases
+
+
+def _timed(model, x) -> graph_view.GraphData:
+    with module_scope.record():
+        loss = model(x).sum()
+    return graph_view.from_autograd(*node_times.backward(loss, module=model))
 
 
 def _tiny_gpt2():
