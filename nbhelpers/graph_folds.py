@@ -8,13 +8,12 @@ label, kind, op, module chain below the module, tooltip and notes (a forward op'
 saved tensors' names, shapes and dtypes, with the copy's own name taken out of every text; and the same
 edges inside the copy, with their labels. Edges across its border are its neighbours' business: the last of
 twelve blocks feeds the final norm once where the others feed the next block twice (its first op and the
-residual add), and the first block of a network sends no gradient to an input that needs none; each is still
-a copy. Copies fold only where no path leaves them and comes back (`x = x + block(x)` written in the parent
-puts the add between two blocks: folded, they would be one box both before and after it). Equality is computed
-from the graph, never guessed
-from names: two blocks of one class with different shapes (ResNet's `layer2.0`, which downsamples, and
-`layer2.1`) do not fold. graph_view.js computes the same folds with the same rules
-(tests/test_graph_layout_js.py compares them).
+residual add), and it is still a copy. (A first block whose input needs no gradient usually is not: autograd
+records less inside it.) Copies fold only where no path leaves them and comes back (`x = x + block(x)` written
+in the parent puts the add between two blocks: folded, they would be one box both before and after it).
+Equality is computed from the graph, never guessed from names: two blocks of one class with different shapes
+(ResNet's `layer2.0`, which downsamples, and `layer2.1`) do not fold. graph_view.js computes the same folds with
+the same rules (tests/test_graph_layout_js.py compares them).
 
 A copy in `expanded` is open, as any module is; each run of consecutive copies not in it is one box
 (`layer1.0-1 · BasicBlock × 2` with none open; `h.0-2` and `h.4-11` around an open `h.3`). Every copy open:
@@ -60,7 +59,7 @@ def folds(data) -> tuple[Fold, ...]:
     graph = _Graph(data)
     found, taken = [], set()
     for parent, kids in graph.children.items():
-        numbered = sorted(_numbered(kid) for kid in kids if _numbered(kid))   # by container, then number
+        numbered = sorted(filter(None, map(_numbered, kids)))         # by container, then number
         run: list[tuple[str, int, str]] = []
         for holder, number, kid in [*numbered, ("", -1, "")]:
             if run and kid and (holder, number) == (run[-1][0], run[-1][1] + 1) and kinds.get(kid) \
