@@ -11,6 +11,8 @@ from contextlib import contextmanager
 
 import pytest
 
+from tests import REPO
+
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage"]
@@ -24,6 +26,20 @@ def chromium_or_skip() -> str:
         pytest.fail("REQUIRE_BROWSER=1 but no Chromium was found: `apt-get install chromium` "
                     "or set CHROMIUM=/path/to/chromium")
     pytest.skip("no Chromium found: install Debian's `chromium` (or set CHROMIUM) to run browser tests")
+
+
+AXE = REPO / "node_modules" / "axe-core" / "axe.min.js"      # package.json's axe-core, inlined: no request
+
+
+def node_modules_or_skip(*paths) -> None:
+    """Skip unless every path (under node_modules: the widget renderer, axe-core) is there; under REQUIRE_SITE=1
+    (set by .ci/run, which runs `npm ci` first) a missing one fails instead."""
+    missing = [str(p) for p in paths if not p.exists()]
+    if not missing:
+        return
+    if os.environ.get("REQUIRE_SITE") == "1":
+        pytest.fail(f"REQUIRE_SITE=1 but {', '.join(missing)} is missing: run `npm ci` (make html does it)")
+    pytest.skip("node_modules is missing: run `npm ci` (needs Node.js; make html does it) to run this test")
 
 
 @contextmanager

@@ -419,6 +419,7 @@ graph_view.show(graph_view.from_autograd(autograd_graph.trace(loss)))"""
 @pytest.mark.browser
 def test_a_view_run_and_saved_in_the_lab_responds_in_the_static_site(lab, tmp_path):
     """What a learner does: run a view cell in `make lab`, save, `make html`; the page's view answers clicks."""
+    browser.node_modules_or_skip(notebook_tools._WIDGET_DIST)          # make html's widget renderer
     path = lab["notebooks"] / "98_saved_in_the_lab.ipynb"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(SAVED_VIEW)])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
@@ -458,11 +459,12 @@ DARK_FILL = """(view) => {
 
 @pytest.mark.browser
 def test_views_follow_jupyterlabs_theme_and_axe_finds_nothing_serious_in_either(page, lab):
+    browser.node_modules_or_skip(browser.AXE)
     open_notebook(page, lab, "02_autograd_graph.ipynb")
     view = _graph_views(page).nth(browser.VIEWS_02["mlp"])
     view.locator(".gv-box").first.wait_for(timeout=60_000)
     _graph_views(page).nth(browser.VIEWS_02["diff"]).locator(".gv-box").first.wait_for(timeout=60_000)
-    page.add_script_tag(path=str(REPO / "node_modules" / "axe-core" / "axe.min.js"))
+    page.add_script_tag(path=str(browser.AXE))
     light, found = view.evaluate(DARK_FILL), {"light": page.evaluate(browser.AXE_SERIOUS)}
     try:
         page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")

@@ -39,6 +39,7 @@ def _opened(path, scheme: str = "light"):
 @pytest.mark.browser
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_the_saved_page_answers_clicks_from_a_file_with_no_network(pages, scheme):
+    browser.node_modules_or_skip(browser.AXE)
     with _opened(pages / "outer.html", scheme) as page:
         _check_outer(page, scheme)
 
@@ -62,7 +63,7 @@ def _check_outer(page, scheme: str) -> None:
     browser.click_label(twin.locator(".gv-pane").nth(0), "tanh", 0)
     assert browser.selected_label(twin.locator(".gv-pane").nth(1)) == "TanhBackward0"
     print(f"{browser.check_labels_fit(page)} labels inside their boxes at 10 px or more")
-    page.add_script_tag(path=str(REPO / "node_modules" / "axe-core" / "axe.min.js"))    # inlined: no request
+    page.add_script_tag(path=str(browser.AXE))    # inlined: no request
     assert page.evaluate(browser.AXE_SERIOUS) == []
     whole = page.evaluate("""async () => (await axe.run(document, { resultTypes: ["violations"] })).violations
         .filter((v) => ["serious", "critical"].includes(v.impact)).map((v) => `${v.id}: ${v.nodes[0].target}`)""")

@@ -1,5 +1,4 @@
 """`make html`: a static site whose pages, widgets included, render with no network at all."""
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -57,10 +56,7 @@ def test_a_view_without_a_picture_keeps_its_widget_entry_and_gets_the_line(tmp_p
 
 
 def _site_tools_or_skip() -> None:
-    if not notebook_tools._WIDGET_DIST.is_dir():
-        if os.environ.get("REQUIRE_SITE") == "1":
-            pytest.fail("REQUIRE_SITE=1 but node_modules is missing: run `npm ci` (make html does it)")
-        pytest.skip("no local widget renderer: run `npm ci` (needs Node.js) to test `make html`")
+    browser.node_modules_or_skip(notebook_tools._WIDGET_DIST)
 
 
 def test_make_html_builds_it_with_pictures_and_names_the_views_that_fell_back(tmp_path):
@@ -251,10 +247,8 @@ def test_no_edge_label_covers_another_or_a_box_and_a_view_cut_at_its_frame_says_
 def test_axe_finds_nothing_serious_on_any_whole_page_and_the_page_follows_the_scheme(page, served, site, scheme):
     """axe-core (package.json, from node_modules: offline) on the whole of every page of the site, nbconvert's
     prompts, code and tracebacks included; in the dark scheme the page itself is dark, not only the views."""
-    axe = REPO / "node_modules" / "axe-core" / "axe.min.js"
-    if not axe.exists():
-        _site_tools_or_skip()
-        pytest.fail("node_modules has no axe-core: run `npm ci`")
+    axe = browser.AXE
+    browser.node_modules_or_skip(axe)
     page.emulate_media(color_scheme=scheme)
     found, backgrounds = {}, {}
     for path in _site_pages(site):
