@@ -77,10 +77,14 @@ def capture(fn: Callable, *args, kernels: bool = True, **kwargs) -> CompileRepor
 
 
 def capture_calls(fn: Callable, calls: Sequence, *, dynamic: bool | None = None,
-                  kernels: bool = False, keywords: Sequence[dict] | None = None) -> CompileReport:
+                  kernels: bool = False, keywords: Sequence[dict] | None = None,
+                  split_calls: int | None = None) -> CompileReport:
     """Compile `fn` once and call it on each of `calls` in turn (a tuple of arguments, or one argument; with
     `keywords`, each call's keyword arguments, in the same order), as a program would: the report's entries say
-    which call compiled what, and why each recompile did."""
+    which call compiled what, and why each recompile did. `split_calls` (None: every call) is how many of the
+    first calls have their graphs split by AOTAutograd into forward and backward; the graphs later calls compile
+    are Dynamo's only (no forward or backward), which is enough to see what recompiles and costs a fraction:
+    tracing a recompile's joint graph at symbolic shapes is most of its time."""
     _require_compilable("compile_lens.capture_calls", fn)
     if not isinstance(calls, (list, tuple)) or not calls:
         raise (TypeError if not isinstance(calls, (list, tuple)) else ValueError)(
@@ -91,16 +95,18 @@ def capture_calls(fn: Callable, calls: Sequence, *, dynamic: bool | None = None,
             not all(isinstance(k, dict) for k in keywords):
         raise TypeError(f"compile_lens.capture_calls: `keywords` must be a list of {len(calls)} dicts, one per call "
                         f"(its keyword arguments), or None; got {arguments.given(keywords)}")
+    if split_calls is not None:
+        arguments.require_positive("compile_lens.capture_calls", "split_calls", split_calls, zero=True)
     return _capture(fn, [(c if isinstance(c, tuple) else (c,), k) for c, k in zip(calls, keywords)], dynamic,
-                    kernels)
+                    kernels, split_calls)
 
 
 def _require_compilable(function: str, fn) -> None:
     arguments.require_callable(function, "fn", fn, "a function or module, the callable you would give torch.compile")
 
 
-def _capture(fn, calls, dynamic, kernels) -> CompileReport:
-    graphs, reasons = [], []
+def _capture(fn, calls, dynamic, kernels, split_calls=None) -> CompileReport:
+    graphs, reasons, now = [], [], {"call": 0}
     root = _root_names(fn)
 
     def recording_backend(gm, example_inputs):
@@ -112,6 +118,8 @@ def _capture(fn, calls, dynamic, kernels) -> CompileReport:
         graphs.append(graph)
         if gm.compile_subgraph_reason.graph_break:
             reasons.append(gm.compile_subgraph_reason)
+        if split_calls is not None and now["call"] >= split_calls:
+            return gm.forward                     # Dynamo's graph, run as it is (the "eager" backend)
 
         def keeping(part):                        # an AOTAutograd compiler that keeps the graph it gets
             def compiler(aot_gm, aot_inputs):
@@ -129,6 +137,7 @@ def _capture(fn, calls, dynamic, kernels) -> CompileReport:
             compiled = torch.compile(fn, backend=recording_backend, dynamic=dynamic)
             for k, (args, kwargs) in enumerate(calls):
                 records.append(({"call": k}, None))
+                now["call"] = k
                 compiled(*args, **kwargs)
         fx = tuple(FxGraph(_nodes(g["gm"], root), g["entry"], g["forward"] or (), g["backward"] or ()) for g in graphs)
         found = _kernels(graphs[0]["gm"], graphs[0]["inputs"], fx[0]) if kernels and graphs else ()

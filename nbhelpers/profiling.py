@@ -153,13 +153,14 @@ class Peaks:
     bytes_per_s: float
 
 
-def machine_peaks(device: torch.device | str | None = None) -> Peaks:
-    """Measure the ceilings on `device` with torch.utils.benchmark: a 1024 x 1024 float32 matmul and a 64 MiB copy."""
+def machine_peaks(device: torch.device | str | None = None, min_run_time: float = 0.3) -> Peaks:
+    """Measure the ceilings on `device` with torch.utils.benchmark: a 1024 x 1024 float32 matmul and a 64 MiB copy,
+    each timed for at least `min_run_time` seconds."""
     device = devices.resolve(device)
     a, b = torch.rand(1024, 1024, device=device), torch.rand(1024, 1024, device=device)
     source, target = torch.rand(16 * 1024 * 1024, device=device), torch.empty(16 * 1024 * 1024, device=device)
-    mm = median_seconds(lambda: torch.mm(a, b))
-    copy = median_seconds(lambda: target.copy_(source))
+    mm = median_seconds(lambda: torch.mm(a, b), min_run_time)
+    copy = median_seconds(lambda: target.copy_(source), min_run_time)
     return Peaks(2 * 1024 ** 3 / mm, 2 * source.numel() * source.element_size() / copy)
 
 

@@ -353,9 +353,10 @@ _TIMED_CALLS = 5
 
 
 def _regime(step: Step):
-    size = step.call.batch
-    return profiling.regime(lambda n: step.at(n), (size, 2 * size), device=step.call.tensors()[0].device,
-                            calls=_TIMED_CALLS)
+    size, device = step.call.batch, step.call.tensors()[0].device
+    # a ceiling within a few percent is enough to tell the regimes apart: 0.1 s of each benchmark, not 0.3
+    return profiling.regime(lambda n: step.at(n), (size, 2 * size), device=device,
+                            peaks=profiling.machine_peaks(device, min_run_time=0.1), calls=_TIMED_CALLS)
 
 
 def _compile(model, call: model_call.Call, lens: Lenses) -> tuple[object, list[Agreement]]:
@@ -367,7 +368,8 @@ def _compile(model, call: model_call.Call, lens: Lenses) -> tuple[object, list[A
         explained = torch._dynamo.explain(model)(*call.args, **call.kwargs)
     torch.compiler.reset()
     with _quiet():
-        report = compile_lens.capture_calls(model, [c.args for c in calls], keywords=[c.kwargs for c in calls])
+        report = compile_lens.capture_calls(model, [c.args for c in calls], keywords=[c.kwargs for c in calls],
+                                            split_calls=0)    # what recompiles needs Dynamo's graphs only
     first = {e.id for e in report.entries if e.call == 0}
     # breaks that split a graph, one per compiled entry of the first call; explain's graph_break_count is
     # graph_count - 1 (-1 when Dynamo skipped the whole frame): its reasons are the breaks

@@ -246,6 +246,27 @@ def _run_one(name: str, timeout: float, threads: int, lenses: tuple[str, ...]) -
     return json.loads(lines[-1])
 
 
+def _missing(row: dict | None, lenses: tuple[str, ...]) -> bool:
+    """Whether a model still needs a run for `lenses`: not in the report, or a lens of them not run on it."""
+    return row is None or (row.get("builds") and not row.get("timed_out") and not row.get("crashed")
+                           and any(lens not in row["lenses"] for lens in lenses))
+
+
+def _merged(old: dict | None, new: dict, lenses: tuple[str, ...]) -> dict:
+    """A run of some lenses (--lenses) on a model already in the report: its other lenses' results are kept, and
+    a run that timed out or crashed is that lens's failure, not the model's; the time is the sum of its parts."""
+    if old is None or not old.get("builds") or old.get("timed_out") or old.get("crashed") or set(lenses) >= set(LENSES):
+        return new
+    row = {**old, "lenses": dict(old["lenses"])}
+    if new.get("timed_out") or new.get("crashed"):
+        row["lenses"].update({lens: {"status": "fails", "detail": new["error"], "s": new.get("s", 0.0)}
+                              for lens in lenses})
+    elif new.get("builds"):
+        row["lenses"].update(new["lenses"])
+    row["s"] = round(row["build_s"] + sum(lens["s"] for lens in row["lenses"].values()), 2)
+    return row
+
+
 def _stop(signum, frame) -> None:
     """Ctrl-C or a kill: no model process outlives the run; the report already holds every finished model."""
     for child in list(_CHILDREN):
@@ -281,14 +302,15 @@ def main(argv=None) -> int:
     report = menagerie_report.load(args.out)
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _stop)
-    todo = [n for n in (args.only or names) if args.again or n not in report]
+    lenses = tuple(args.lenses)
+    todo = [n for n in (args.only or names) if args.again or _missing(report.get(n), lenses)]
     threads = max(1, (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 2) // args.jobs)
     print(f"menagerie: {len(todo)} models to run ({len(report)} in the report), {args.jobs} at a time", flush=True)
     with ThreadPoolExecutor(args.jobs) as pool:
-        running = [pool.submit(_run_one, name, args.timeout, threads, tuple(args.lenses)) for name in todo]
+        running = [pool.submit(_run_one, name, args.timeout, threads, lenses) for name in todo]
         for i, done in enumerate(as_completed(running), 1):
             row = done.result()
-            report[row["name"]] = row
+            report[row["name"]] = _merged(report.get(row["name"]), row, lenses)
             menagerie_report.save(report, args.out, names)
             print(f"[{i}/{len(todo)}] {menagerie_report.one_line(row)}", flush=True)
     return 0

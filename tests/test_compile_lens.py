@@ -207,6 +207,18 @@ def test_guards_of_each_entry_and_the_guard_each_recompile_failed():
     assert ("LAMBDA_GUARD", "2 <= L['x'].size()[0]") in checks            # the symbolic size's range
 
 
+def test_split_calls_splits_the_first_calls_graphs_only_and_sees_the_same_recompiles():
+    calls = [torch.rand(n, requires_grad=True) for n in (8, 16, 1, 32)]
+    every = compile_lens.capture_calls(lambda x: (x * 2).sin().sum(), calls)
+    first = compile_lens.capture_calls(lambda x: (x * 2).sin().sum(), calls, split_calls=1)
+    assert [(e.id, e.call, e.failed) for e in first.entries] == [(e.id, e.call, e.failed) for e in every.entries]
+    assert [[n.name for n in g.nodes] for g in first.graphs] == [[n.name for n in g.nodes] for g in every.graphs]
+    assert all(g.forward and g.backward for g in every.graphs)
+    assert [bool(g.forward and g.backward) for g in first.graphs] == [True, False, False]
+    with pytest.raises(ValueError, match="split_calls"):
+        compile_lens.capture_calls(lambda x: x.sin(), calls, split_calls=-1)
+
+
 def test_kernels_map_to_fx_nodes_and_lines():
     report = compile_lens.capture(gelu_like, torch.rand(64))
     (kernel,) = report.kernels

@@ -58,3 +58,19 @@ def test_a_stopped_run_leaves_no_model_process_behind(tmp_path):
     _, err = run.communicate(timeout=60)
     assert run.returncode == 128 + signal.SIGTERM and "stopped by signal 15" in err
     assert psutil.wait_procs(children, timeout=10)[1] == []      # none still alive
+
+
+def test_a_run_of_some_lenses_keeps_the_others_of_a_model_already_in_the_report():
+    lens = {"status": "agrees", "detail": "", "s": 1.0}
+    old = {"name": "m", "builds": True, "build_s": 0.5, "s": 2.5, "lenses": {"trace": lens, "work": lens}}
+    diagnosed = {"name": "m", "builds": True, "build_s": 0.4, "s": 9.0,
+                 "lenses": {"diagnose": {"status": "disagrees", "detail": "x", "s": 8.0}}}
+    assert menagerie._missing(old, ("diagnose",)) and not menagerie._missing(old, ("trace",))
+    merged = menagerie._merged(old, diagnosed, ("diagnose",))
+    assert merged["lenses"] == {"trace": lens, "work": lens, "diagnose": diagnosed["lenses"]["diagnose"]}
+    assert merged["s"] == 10.5 and old["lenses"] == {"trace": lens, "work": lens}      # the old row is not changed
+    timed_out = {"name": "m", "builds": True, "timed_out": True, "s": 900.0, "error": "no result in 900 s (killed)"}
+    failed = menagerie._merged(old, timed_out, ("diagnose",))
+    assert not failed.get("timed_out") and failed["lenses"]["diagnose"]["status"] == "fails"
+    assert failed["lenses"]["trace"] == lens
+    assert menagerie._merged(old, timed_out, menagerie.LENSES) is timed_out       # a whole run replaces the row
