@@ -320,14 +320,24 @@ def _step_with(step: Step, optimizer) -> None:
 
 
 def _saved_agreement(step: Step, graph) -> list[Agreement]:
-    """The bytes the graph's nodes save (as `_saved_*` lists them, a tensor saved twice counted twice) against
-    what saved-tensor hooks are handed over the same forward and loss, corrected by the two documented
-    differences (memory.SavedBytes)."""
-    counted, output = memory.saved_bytes_by_module(lambda: step.loss(step.forward()))
+    """The bytes the graphs of the forward's outputs save (as `_saved_*` lists them, a tensor saved twice counted
+    twice) against what saved-tensor hooks are handed over the same forward and loss, corrected by the two
+    documented differences (memory.SavedBytes). The hooks see every save of the forward, also those of an output
+    the loss does not use (a second head), so the trace walks every output's graph, not only the loss's."""
+    def forward_and_loss():
+        output = step.forward()
+        return (step.loss(output), *model_call.loss_tensors(output))   # every output, for the wrapped numbers
+
+    counted, outputs = memory.saved_bytes_by_module(forward_and_loss)
     hooks = sum(s.nbytes + s.wrapped_numbers - s.checkpoint_inputs for s in counted.values())
-    traced = sum(s.nbytes for n in graph.nodes for s in n.saved)
-    del output
-    return [Agreement("bytes saved for backward", traced, hooks, "saved_tensors_hooks")]
+    saves = {(id(node), attr): (node, packed) for t in outputs if t.grad_fn is not None     # the node kept: its id
+             for node, attr, packed in autograd_graph.saved_objects(t)}                      # stays its own
+    traced = sum(p.numel() * p.element_size() for _, p in saves.values() if isinstance(p, torch.Tensor))
+    in_loss = sum(s.nbytes for n in graph.nodes for s in n.saved)
+    del outputs, saves
+    name = "bytes saved for backward" if traced == in_loss else \
+        f"bytes saved for backward by every output's graph (the loss's: {in_loss:,} B)"
+    return [Agreement(name, traced, hooks, "saved_tensors_hooks")]
 
 
 def _work(step: Step) -> tuple[dict, list[Agreement]]:

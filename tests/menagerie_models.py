@@ -287,5 +287,15 @@ def entries() -> list[Entry]:
     return found
 
 
+# the sample make test runs (tests/test_menagerie.py) and the diagnosis benchmark times
+# (tests/benchmarks/diagnose_sample.py): the smallest models of each source, and one of each kind the others are not
+SAMPLE = (
+    "torchvision/squeezenet1_1", "torchvision/shufflenet_v2_x0_5", "torchvision/mobilenet_v3_small",
+    "torchvision/lraspp_mobilenet_v3_large",
+    "timm/test_vit", "timm/test_convnext", "timm/test_efficientnet", "timm/mobilenetv3_small_050",
+    "transformers/gpt2", "transformers/bert", "transformers/t5", "transformers/mixtral",
+)
+
+
 def by_name() -> dict[str, Entry]:
     return {entry.name: entry for entry in entries()}

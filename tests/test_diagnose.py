@@ -75,6 +75,29 @@ def test_only_numbers_both_sides_measure_apart_count_as_independent():
     assert "of them 2 are totals both sides add up from the same list" in d.summary()
 
 
+class TwoHeads(nn.Module):
+    """Two outputs, the default loss on the first: the second head's saves are made, and freed with it."""
+
+    def __init__(self):
+        super().__init__()
+        self.body, self.first, self.second = nn.Linear(8, 8), nn.Linear(8, 3), nn.Linear(8, 5)
+
+    def forward(self, x):
+        h = torch.tanh(self.body(x))
+        return self.first(h), self.second(torch.sigmoid(h))
+
+
+def test_saved_bytes_of_a_model_with_two_heads_are_every_outputs_graph_against_the_hooks():
+    torch.manual_seed(0)
+    d = diagnose.run(TwoHeads(), torch.rand(4, 8))
+    (row,) = [a for a in d.agreements if a.tool == "saved_tensors_hooks"]
+    in_loss = sum(s.nbytes for n in d.graph.nodes for s in n.saved)
+    # the second head saves sigmoid's output twice (its own backward, the Linear's input: 4x8 float32 each) and
+    # the Linear's weight (5x8): 2 * 128 + 160 B the loss's graph does not hold
+    assert row.ours == row.theirs == in_loss + 2 * 128 + 160
+    assert row.name == f"bytes saved for backward by every output's graph (the loss's: {in_loss:,} B)"
+
+
 @pytest.mark.parametrize("name", UNSEEN)
 def test_every_agreement_holds_on_a_model_nobody_here_wrote(unseen, name):
     d = unseen[name]

@@ -20,12 +20,7 @@ from tests import menagerie, menagerie_models, menagerie_report
 pytest.importorskip("timm")
 pytest.importorskip("transformers")
 
-SAMPLE = (
-    "torchvision/squeezenet1_1", "torchvision/shufflenet_v2_x0_5", "torchvision/mobilenet_v3_small",
-    "torchvision/lraspp_mobilenet_v3_large",
-    "timm/test_vit", "timm/test_convnext", "timm/test_efficientnet", "timm/mobilenetv3_small_050",
-    "transformers/gpt2", "transformers/bert", "transformers/t5", "transformers/mixtral",
-)
+SAMPLE = menagerie_models.SAMPLE
 DIAGNOSED = ("torchvision/squeezenet1_1", "timm/test_vit", "transformers/mixtral")
 REPORT = menagerie_report.load(menagerie.REPO / "menagerie")
 
