@@ -30,6 +30,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | forward_graph     | instrument | 02 12                      | the forward's ATen ops, shapes, and the node each made |
 | memory            | instrument | 01 02 08                   | live bytes per op, module and phase; saved bytes     |
 | memory_agreement  | instrument | 08                         | memory.track against torch's MemTracker, to the byte |
+| modtracker_hooks  | instrument | -                          | what MemTracker's module hooks keep alive, and when  |
 | eager_only        | instrument | 08                         | dispatch modes say when a compiled call ran eagerly  |
 | profiling         | instrument | 09                         | profiler traces as data; FLOPs, bytes, regime        |
 | node_times        | instrument | 09                         | a backward's time given to its autograd nodes        |

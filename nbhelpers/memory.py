@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import gc
 import sys
 import weakref
 from collections import defaultdict
@@ -372,3 +373,19 @@ def plot_timeline(data: Timeline, ax=None):
     ax.set(xlabel="op", ylabel="live bytes", title=f"peak {data.peak_bytes:,} B")
     ax.legend(loc="upper left", fontsize=8)
     return ax
+
+
+@contextmanager
+def older_objects_frozen():
+    """The objects that exist now moved out of the garbage collector's reach for the block (`gc.freeze`), so a
+    `gc.collect()` in it scans what the block made, not the whole heap (0.3 s a collection with transformers
+    imported), and `gc.get_objects()` lists only those. Not when the program froze objects itself: unfreezing
+    would undo that."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

@@ -18,7 +18,7 @@ from typing import Callable, Iterator
 import torch
 from torch.utils._pytree import tree_flatten
 
-from nbhelpers import arguments, eager_only, memory
+from nbhelpers import arguments, eager_only, memory, modtracker_hooks
 
 __all__ = ["Agreement", "against_memtracker"]
 
@@ -44,13 +44,20 @@ def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
     """Run `step()` (one training step of `model` with `optimizer`) three times: once so the optimizer's
     state exists, once under torch's MemTracker (`track_external(model, optimizer)`), once under `track`,
     each of the last two after `optimizer.zero_grad()`, so that no gradient from an earlier step is held;
-    compare the two peaks category by category. MemTracker files a gradient under Temp until it is
-    accumulated into `.grad`, and `track` by what it is at the end, so those two are compared together.
+    compare the two peaks category by category. The last two start from the same weights, buffers, optimizer
+    state and random state (`_state`, `_restore`), so they run one program: a detector's boxes depend on its
+    weights (which the first's optimizer.step() changed) and on random draws (torch.randperm), and so do its
+    shapes. MemTracker files a gradient under Temp until it is accumulated into `.grad`, and `track` by what it
+    is at the end, so those two are compared together.
     A gradient made in forward (a fused loss kernel's, which AccumulateGrad takes as `.grad` without a copy)
     is an activation until it is accumulated, for both: MemTracker moves a storage to Gradient when the hook it
     puts on the parameter (`register_hook`, run as AccumulateGrad starts) fires, so here each gradient is filed as
     one from the op at which AccumulateGrad first wrote it (a `register_post_accumulate_grad_hook`, removed on
     exit; no op runs between the two hooks when AccumulateGrad takes the tensor without a copy).
+    MemTracker's ModTracker makes some storages live longer (nbhelpers/modtracker_hooks.py says how): the
+    gradients its hooks hold past their last use are accounted for, op by op, and the rows read where `track`'s
+    live bytes plus those peak, where MemTracker peaks; both runs collect garbage as backward begins, so neither
+    keeps a branch of forward the loss does not use (a reference cycle through those hooks) at a backward peak.
     """
     arguments.require_callable("memory_agreement.against_memtracker", "step", step,
                                "a function of no arguments that runs one training step")
@@ -59,16 +66,51 @@ def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
     step()
     optimizer.zero_grad(set_to_none=True)
     with eager_only.warn_if_compiled("against_memtracker (MemTracker and memory.track)", eager_only.FOR_MEMORY):
+        start = _state(model, optimizer)
         mt = _memtracker_peak(step, model, optimizer)
         optimizer.zero_grad(set_to_none=True)
+        _restore(start)           # the same weights and random draws, so the same shapes (a detector's boxes)
         before = _held_before(model, optimizer)
-        with memory.track() as ours, _accumulation_times(model, ours) as accumulated_at, \
-                _leaf_module_inputs(before["keys"]) as leaf_inputs:
-            step()
-    at = _peak_op(ours)
+        ours, accumulated_at, leaf_inputs, groups = _tracked(step, model, before)
+    held = modtracker_hooks.held_by_input_hooks(ours, groups)
+    at = _peak_op(ours, held)
     earlier = _earlier_by_phase(ours, before["keys"] | leaf_inputs.keys(), at)    # each storage counted once
     earlier["forward"] += sum(leaf_inputs.values())
-    return _rows(mt, _categories_at_peak(ours, model, accumulated_at, at), before, earlier, ours.peak_bytes)
+    live = ours.events[at].live_bytes if at >= 0 else 0
+    return _rows(mt, _categories_at_peak(ours, model, accumulated_at, at), before, earlier, live,
+                 held[at] if at >= 0 else {})
+
+
+def _tracked(step, model, before: dict) -> tuple:
+    """`step()` under `track`, with what the comparison needs beside: when each parameter's gradient was
+    accumulated, the leaf inputs MemTracker probes, and the module inputs' gradients its hooks hold."""
+    with memory.track() as ours, _accumulation_times(model, ours) as accumulated_at, \
+            _leaf_module_inputs(before["keys"]) as leaf_inputs, modtracker_hooks.input_gradients(ours) as groups, \
+            modtracker_hooks.collect_as_backward_begins():
+        step()
+    return ours, accumulated_at, leaf_inputs, groups
+
+
+def _state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
+    """What a step changes and the next step reads: the parameters, buffers and optimizer state (copied, to be
+    written back into the same storages), and the random number generators' states."""
+    tensors = [t for t in [*model.parameters(), *model.buffers(),
+                           *(v for state in optimizer.state.values() for v in state.values())]
+               if isinstance(t, torch.Tensor)]
+    with torch.no_grad():
+        copies = [t.detach().clone() for t in tensors]
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    return tensors, copies, torch.get_rng_state(), cuda
+
+
+def _restore(state: tuple) -> None:
+    tensors, copies, cpu, cuda = state
+    with torch.no_grad():
+        for t, c in zip(tensors, copies):
+            t.copy_(c)
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def _earlier_by_phase(tracker: memory.Tracker, held: set[int], at: int) -> dict[str, int]:
@@ -108,7 +150,7 @@ def _leaf_module_inputs(held: set[int]) -> Iterator[dict[int, int]]:
 
 
 def _rows(mt: dict[str, int], peak: dict[str, int], before: dict, earlier: dict[str, int],
-          peak_bytes: int) -> tuple[Agreement, ...]:
+          live: int, held: dict[str, int]) -> tuple[Agreement, ...]:
     return (
         Agreement("Parameter", mt["Parameter"], 0, before["Parameter"], "the parameters, held from before the block"),
         Agreement("Buffer", mt["Buffer"], 0, before["Buffer"], "the buffers, held from before the block"),
@@ -116,14 +158,17 @@ def _rows(mt: dict[str, int], peak: dict[str, int], before: dict, earlier: dict[
                   "the optimizer's state, held from before (both count the step's temporaries)"),
         Agreement("Activation", mt["Activation"],
                   peak.get("activations & other forward", 0) + peak.get("activations recomputed in backward", 0),
-                  earlier["forward"] + earlier["recompute"],
+                  earlier["forward"] + earlier["recompute"] + held.get("forward", 0) + held.get("recompute", 0),
                   "tensors from before the block that forward (or its recomputation) returned a view of, and inputs "
                   "that are leaves requiring grad (MemTracker's own view_as probe of them)"),
         Agreement("Gradient + Temp", mt["Gradient"] + mt["Temp"],
-                  peak.get("gradients", 0) + peak.get("backward temporaries", 0), earlier["backward"],
-                  "tensors from before the block that backward returned a view of"),
-        Agreement("Total", mt["Total"], peak_bytes,
-                  sum(before[k] for k in ("Parameter", "Buffer", "Optstate")) + sum(earlier.values()),
+                  peak.get("gradients", 0) + peak.get("backward temporaries", 0),
+                  earlier["backward"] + held.get("backward", 0),
+                  "tensors from before the block that backward returned a view of, and module inputs' gradients "
+                  "that MemTracker's ModTracker hook holds past their last use"),
+        Agreement("Total", mt["Total"], live,
+                  sum(before[k] for k in ("Parameter", "Buffer", "Optstate")) + sum(earlier.values())
+                  + sum(held.values()),
                   "the rows above"),
     )
 
@@ -144,9 +189,11 @@ def _accumulation_times(model: torch.nn.Module, tracker: memory.Tracker) -> Iter
             handle.remove()
 
 
-def _peak_op(tracker: memory.Tracker) -> int:
-    """The index of the op after which `track`'s live bytes (every category summed) peaked; -1 if none ran."""
-    live = [e.live_bytes for e in tracker.events]
+def _peak_op(tracker: memory.Tracker, held: list[dict[str, int]]) -> int:
+    """The index of the op after which `track`'s live bytes, plus the bytes MemTracker's input hooks hold longer
+    (`held`), peaked (the first such op: MemTracker moves its peak only on a larger total); -1 if none ran.
+    Where nothing is held, `track`'s own peak."""
+    live = [e.live_bytes + sum(h.values()) for e, h in zip(tracker.events, held)]
     return live.index(max(live)) if live else -1
 
 
@@ -174,7 +221,7 @@ def _memtracker_peak(step: Callable[[], object], model: torch.nn.Module, optimiz
     tracker = MemTracker()
     tracker.track_external(model, optimizer)
     try:
-        with tracker:
+        with tracker, modtracker_hooks.collect_as_backward_begins():
             step()
     except NotImplementedError as error:          # mem_tracker.py reads every result's storage
         if "Sparse" not in str(error):

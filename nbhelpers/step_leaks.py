@@ -108,7 +108,7 @@ def _across(step, roots: dict, steps: int) -> Growth:
     gc.collect()
     before = _Seen(_tensors())
     live, first, starts = [], None, []
-    with memory.track() as tracker, _older_objects_frozen():
+    with memory.track() as tracker, memory.older_objects_frozen():
         for k in range(steps):
             starts.append(torch.autograd._get_sequence_nr())   # autograd nodes are numbered as they are made
             step()
@@ -127,22 +127,6 @@ def _across(step, roots: dict, steps: int) -> Growth:
         return Growth(tuple(live), _holders(survivors, _named(roots), starts))
     finally:
         del survivors
-
-
-@contextlib.contextmanager
-def _older_objects_frozen():
-    """The objects that existed before the steps moved out of the collector's reach for the block (`gc.freeze`),
-    so each step's `gc.collect()` scans what the steps made, not the whole heap (0.3 s a collection with
-    transformers imported), and `gc.get_objects()` lists only those: the steps' tensors. Not when the program
-    froze objects itself: unfreezing would undo that."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _gradients(roots: dict) -> list[torch.Tensor]:

@@ -138,3 +138,56 @@ def test_a_frozen_parameter_is_said_plainly_and_nothing_is_left_behind():
     with pytest.raises(ValueError, match=r"cannot track a parameter that does not require grad .* \(0\.weight\)"):
         memory_agreement.against_memtracker(lambda: model(x).sum().backward(), model, optimizer)
     assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+
+
+class _AuxHead(torch.nn.Module):
+    """GoogLeNet's and Inception's trait: an auxiliary head the loss leaves out. Its saved activations die when its
+    output is dropped; under MemTracker a reference cycle through ModTracker's input hooks keeps them until Python's
+    collector runs (nbhelpers/modtracker_hooks.py)."""
+
+    def __init__(self):
+        from torch import nn
+        super().__init__()
+        self.body, self.head = nn.Conv2d(3, 8, 3, padding=1), nn.Linear(8 * 16 * 16, 1024)
+        self.aux = nn.Sequential(nn.Conv2d(8, 64, 1), nn.BatchNorm2d(64), nn.Flatten(), nn.Linear(64 * 16 * 16, 10))
+
+    def forward(self, x):
+        h = self.body(x)
+        return self.head(h.flatten(1)), self.aux(h)
+
+
+class _Joined(torch.nn.Module):
+    def forward(self, a, b):
+        return (a * a).sum() + (b * b).sum()
+
+
+class _Join(torch.nn.Module):
+    """DLA's and SelecSLS's trait: a module of two inputs whose gradients arrive at different times. ModTracker's
+    hook keeps the first (a's, 256 KiB) until the second arrives, past its last use in a plain run."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin, self.join = torch.nn.Linear(256, 256), _Joined()
+
+    def forward(self, x):
+        b = self.lin(x)
+        return self.join(b.tanh().exp().sin() * 2, b)
+
+
+@pytest.mark.parametrize("make, x, loss_fn, held", [
+    (_AuxHead, torch.rand(2, 3, 16, 16), lambda out: out[0].sum(), False),
+    (_Join, torch.rand(256, 256), lambda out: out, True)], ids=["auxiliary head", "two-input module"])
+def test_what_memtrackers_module_hooks_keep_alive_is_accounted_for_to_the_byte(make, x, loss_fn, held):
+    torch.manual_seed(0)
+    model = make()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)     # no state: the step's peak is in backward
+
+    def step():
+        optimizer.zero_grad()
+        loss_fn(model(x)).backward()
+        optimizer.step()
+
+    rows = {r.category: r for r in memory_agreement.against_memtracker(step, model, optimizer)}
+    assert all(r.agrees for r in rows.values()), [(r.category, r.memtracker, r.ours, r.accounted) for r in rows.values()]
+    temp = rows["Gradient + Temp"]
+    assert (temp.accounted >= 256 * 256 * 4) == held, temp        # a's gradient, held until b's arrives
