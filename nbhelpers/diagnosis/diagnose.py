@@ -1,7 +1,7 @@
 """Your own model through every lens at once: one training step (or one inference) run under the series'
 instruments, each checked against PyTorch's own tool, and what matters first ranked as findings.
 
-`step_lenses` measures, `findings` ranks, `diagnosis_view` draws (a widget, a self-contained page); `run`
+`lenses` measures, `findings` ranks, `view` draws (a widget, a self-contained page); `run`
 puts them together. Every number that PyTorch can also measure is measured both ways and listed in
 `Diagnosis.agreements`.
 
@@ -24,10 +24,11 @@ from typing import Callable
 
 import torch
 
-from nbhelpers import (arguments, autograd_graph, devices, eager_only, findings, forward_graph, memory, model_call,
-                       module_work, profiling, progress, step_leaks, step_lenses)
-from nbhelpers.findings import Finding
-from nbhelpers.step_lenses import Agreement, ExportResult, WhatIf
+from nbhelpers import (arguments, autograd_graph, devices, eager_only, forward_graph, memory, model_call, module_work,
+                       profiling, progress)
+from nbhelpers.diagnosis import findings, leaks, lenses
+from nbhelpers.diagnosis.findings import Finding
+from nbhelpers.diagnosis.lenses import Agreement, ExportResult, WhatIf
 
 __all__ = ["Agreement", "ExportResult", "WhatIf", "Diagnosis", "run"]
 
@@ -54,8 +55,8 @@ class Diagnosis:
     compile: object | None = None               # compile_report.CompileReport over several input shapes
     export: tuple[ExportResult, ...] = ()
     checkpoint: tuple[WhatIf, ...] = ()
-    growth: step_leaks.Growth | None = None     # live bytes after each of three steps, and what holds them
-    modes: tuple[step_lenses.ModeEffect, ...] = ()  # modules in the other mode than the model's, run both ways
+    growth: leaks.Growth | None = None     # live bytes after each of three steps, and what holds them
+    modes: tuple[lenses.ModeEffect, ...] = ()  # modules in the other mode than the model's, run both ways
     seconds: dict[str, float] = field(default_factory=dict)          # wall time of each lens
     # the calls of the model's forward each lens made (a compiled or exported call counts once; timing is bounded)
     forward_calls: dict[str, int] = field(default_factory=dict)
@@ -63,19 +64,19 @@ class Diagnosis:
 
     def summary(self, top: int = 5) -> str:
         """The top findings and the agreements, as text (what the CLI prints)."""
-        from nbhelpers import diagnosis_view
-        return diagnosis_view.summary(self, top)
+        from nbhelpers.diagnosis import view
+        return view.summary(self, top)
 
     def show(self):
         """The memory timeline over the backward graph: a widget (JupyterLab, the static site) whose click on the
         timeline selects the node that holds the bytes."""
-        from nbhelpers import diagnosis_view
-        return diagnosis_view.show(self)
+        from nbhelpers.diagnosis import view
+        return view.show(self)
 
     def save_html(self, path) -> None:
         """One self-contained page (no CDN, no request): findings, agreements, the timeline and the graphs."""
-        from nbhelpers import diagnosis_view
-        diagnosis_view.save_html(self, path)
+        from nbhelpers.diagnosis import view
+        view.save_html(self, path)
 
     def save_snapshot(self, path) -> None:
         """The step's allocations as a `torch.cuda.memory._snapshot()`-style pickle that PyTorch's memory_viz
@@ -116,9 +117,9 @@ def run(model: torch.nn.Module, example_inputs=None, *, args: tuple | None = Non
     with progress.line(f"diagnose {type(model).__name__}") as shown, _preserved(model, optimizer, loss_fn, inputs), \
             _no_cuda_notice(), warnings.catch_warnings():      # the line names each lens as it starts (in Jupyter)
         warnings.simplefilter("ignore", eager_only.CompiledRanEagerly)
-        lens = step_lenses.Lenses(shown)
+        lens = lenses.Lenses(shown)
         held = _storages(model, inputs)
-        parts = step_lenses.measure(model, call, target, loss_fn, optimizer, lens, held)
+        parts = lenses.measure(model, call, target, loss_fn, optimizer, lens, held)
     ranked = findings.rank(model, inputs, {**parts, "inputs": inputs, "held": held})
     step = parts.pop("step") + (" (of the eager module torch.compile wraps, model._orig_mod: the lenses that watch "
                                 "ops cannot see compiled kernels)" if compiled else "")
@@ -180,7 +181,7 @@ def _preserved(model: torch.nn.Module, optimizer, loss_fn, inputs):
     state = _optimizer_state(optimizer)
     cuda = sorted({t.device.index or 0 for t in (*tensors, *inputs) if t.is_cuda})
     try:
-        with torch.random.fork_rng(devices=cuda), step_leaks.kept(model, loss_fn):
+        with torch.random.fork_rng(devices=cuda), leaks.kept(model, loss_fn):
             yield
     finally:
         with torch.no_grad():

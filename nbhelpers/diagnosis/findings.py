@@ -4,7 +4,7 @@ or torch's), what to change as code, what it costs, measured, and the notebook t
 measures; this module reads the measurements and the model's own state (devices, dtypes, train/eval flags, tensors
 kept as plain attributes) and decides what matters first.
 
-The rank is finding_rank's: what is wrong first (what stops the model, changes its results or grows without
+The rank is rank.py's: what is wrong first (what stops the model, changes its results or grows without
 bound), then what costs the most, measured (bytes as a share of the step's memory at its peak, seconds as a share of
 the step's time, a graph break by the share of the forward's ops it cuts off), then what no lens puts a number on;
 and one finding per cause, its consequences listed under it (one data-dependent branch: a graph break and two
@@ -20,8 +20,9 @@ from collections import Counter
 
 import torch
 
-from nbhelpers import finding_fixes, memory, memory_findings, module_scope, user_code
-from nbhelpers.finding_rank import LESSONS, NOTEBOOKS, ORDER, Budget, Cost, Finding, ranked, where_of
+from nbhelpers import memory, module_scope, user_code
+from nbhelpers.diagnosis import fixes, memory_findings
+from nbhelpers.diagnosis.rank import LESSONS, NOTEBOOKS, ORDER, Budget, Cost, Finding, ranked, where_of
 
 __all__ = ["Finding", "LESSONS", "NOTEBOOKS", "ORDER", "rank"]
 
@@ -78,7 +79,7 @@ def _error(parts: dict) -> list[Finding]:
     where = parts.get("error_where", "")
     return [Finding("error", f"The step raised {parts['error']}",
                     f"measured up to there: {ops} ops; the other lenses need a step that runs", where,
-                    finding_fixes.error(parts["error"], where))]
+                    fixes.error(parts["error"], where))]
 
 
 def named_tensors(model: torch.nn.Module):
@@ -113,7 +114,7 @@ def _devices(model, inputs) -> list[Finding]:
     return [Finding("device", f"{len(away)} tensor(s) of the model are not on the inputs' device ({device}): "
                               f"{path} is on {where}",
                     f"{listed}; an op on tensors of two devices raises. model.to(device) moves parameters and "
-                    "buffers, never a plain attribute", line, finding_fixes.device(path, how, line, str(device)))]
+                    "buffers, never a plain attribute", line, fixes.device(path, how, line, str(device)))]
 
 
 def _defined(model, path: str) -> str:
@@ -161,7 +162,7 @@ def _modes(model, effects) -> list[Finding]:
                     f"{e.change:.3g}; {e.kind} {effect}. {len(differ)} module(s) differ this way: "
                     f"{', '.join(d.path for d in differ[:4])}. Write `model.{wanted}()` (it sets every module)"
                     + (f", or `model.{call}.{wanted}()`" if call else ""), _defined(model, e.path),
-                    finding_fixes.mode(wanted, call), maybe_meant=not e.training)]   # eval in training: often meant
+                    fixes.mode(wanted, call), maybe_meant=not e.training)]   # eval in training: often meant
 
 
 def _dominant_dtype(model) -> torch.dtype | None:
@@ -194,9 +195,9 @@ def _precision(model, parts) -> list[Finding]:
          f"{module or 'the forward'}" if wider else "no op returns float32")
     if odd:
         line = _defined(model, odd[0][0])
-        return [Finding("precision", head, evidence, line, finding_fixes.precision(odd[0][0], odd[0][2], line, short))]
+        return [Finding("precision", head, evidence, line, fixes.precision(odd[0][0], odd[0][2], line, short))]
     return [Finding("precision", head, evidence, _line_of(parts.get("tracker"), wider[0].op, module) or module,
-                    finding_fixes.autocast(parts["inputs"][0].device.type, short))]
+                    fixes.autocast(parts["inputs"][0].device.type, short))]
 
 
 def _line_of(tracker, op: str, module: str) -> str:
@@ -215,7 +216,7 @@ def _hidden_state(model, inputs) -> list[Finding]:
     return [Finding("state", f"{hidden[0][0]} is a tensor kept as a plain attribute",
                     f"{len(hidden)} such tensor(s); model.to(), .half() and state_dict() skip them: "
                     "register_buffer() makes them part of the model", line,
-                    finding_fixes.register(hidden[0][0].rsplit(".", 1)[-1], line))]
+                    fixes.register(hidden[0][0].rsplit(".", 1)[-1], line))]
 
 
 def _placed(places: dict[str, str], text: str) -> str:
@@ -241,7 +242,7 @@ def _compile(report, tracker, budget: Budget) -> list[Finding]:
             where = _placed(places, _growing_line(report, entries[entries.index(last) - 1].id, last.id))
             found.append(Finding("recompile", f"{function} compiled {len(on_size) + 1} times for 4 batch sizes",
                                  _recompile_evidence(last.failed[0]) + _compile_time(last, budget), where,
-                                 finding_fixes.recompile(where, last.failed[0]), _compile_cost(last, budget)))
+                                 fixes.recompile(where, last.failed[0]), _compile_cost(last, budget)))
         if on_value:
             found.append(_value_recompile(function, on_value[-1], report.breaks, budget))
     return found
@@ -257,7 +258,7 @@ def _value_recompile(function: str, entry, breaks, budget: Budget) -> Finding:
     said = (f"the code after the graph break at {cause.place} was compiled again: a guard on the value the break "
             f"handed back to Python failed ({entry.failed[0]}), not a guard on a size" if cause else
             f"{function} was compiled again: a guard on a value failed ({entry.failed[0]}), not a guard on a size")
-    fix = finding_fixes.graph_break(cause.line, cause.gb_type, cause.hints) if cause else \
+    fix = fixes.graph_break(cause.line, cause.gb_type, cause.hints) if cause else \
         "torch.compile(model, dynamic=True)  # or pass the value as a tensor: Dynamo guards a Python number it tests"
     return Finding("recompile", f"{function} compiled again for a value", said + _compile_time(entry, budget), where,
                    fix, _compile_cost(entry, budget))
@@ -285,7 +286,7 @@ def _graph_break(b, tracker, budget: Budget) -> Finding:
     return Finding("graph-break", f"graph break {b.code or '(no code)'}: {b.gb_type}",
                    f"{b.explanation} (met {b.count} time(s) while compiling for 4 calls)"
                    + (f"; inside torch at {b.where}" if b.where else "") + split, where,
-                   finding_fixes.graph_break(b.line, b.gb_type, b.hints), cost)
+                   fixes.graph_break(b.line, b.gb_type, b.hints), cost)
 
 
 def _run(indices: list[int]):
@@ -326,7 +327,7 @@ _EXPORT_WHY = {True: "strict export traces the forward with Dynamo into one grap
 def _export(results) -> list[Finding]:
     failed = {r.strict for r in results if not r.ok}
     return [Finding("export", f"torch.export ({'strict' if r.strict else 'non-strict'}) fails: {r.error}",
-                    _EXPORT_WHY[r.strict], r.where, finding_fixes.export(True in failed, False in failed))
+                    _EXPORT_WHY[r.strict], r.where, fixes.export(True in failed, False in failed))
             for r in results if not r.ok]
 
 
@@ -335,7 +336,7 @@ def _regime(model, regime, inputs) -> list[Finding]:
     if regime is None:
         return []
     return [Finding("regime", f"the step is {regime.verdict} on this machine", regime.evidence, _forward_line(model),
-                    finding_fixes.regime(regime.verdict, inputs[0].device.type))]
+                    fixes.regime(regime.verdict, inputs[0].device.type))]
 
 
 def _forward_line(model) -> str:

@@ -9,8 +9,8 @@ variables, and the tensors bound to them, put back after a diagnosis, so a forwa
 nothing behind.
 
 Example:
-    with step_leaks.kept(model):
-        growth = step_leaks.across_steps(step, {"model": model})
+    with leaks.kept(model):
+        growth = leaks.across_steps(step, {"model": model})
     growth.per_step, [(h.path, h.tensors) for h in growth.holders]     # [2048, 2048], [('Leak.history', 3)]
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Where a diagnosed step's memory goes, as findings: its peak, one saved tensor far larger than the rest, the
 block whose checkpointing frees the most, and memory that grows from step to step. Each is placed at the
 learner's line whose ops made the bytes (memory.track(lines=True) records it per op) and costs its bytes as a
-share of the step's memory at its peak (`finding_rank.Budget`).
+share of the step's memory at its peak (`rank.Budget`).
 
 Example:
     found = memory_findings.peak(parts, budget)
@@ -9,8 +9,9 @@ Example:
 """
 from __future__ import annotations
 
-from nbhelpers import finding_fixes, module_work
-from nbhelpers.finding_rank import Budget, Finding, where_of
+from nbhelpers import module_work
+from nbhelpers.diagnosis import fixes
+from nbhelpers.diagnosis.rank import Budget, Finding, where_of
 
 __all__: list[str] = []      # findings' builders
 
@@ -44,7 +45,7 @@ def saved(parts, budget: Budget) -> list[Finding]:
     return [Finding("saved-for-backward", f"{node.name} in {node.module} saves one tensor of {sizes[ptr]:,} B, "
                                           f"{share:.0%} of the activations kept for backward",
                     f"{kept.attr} {list(kept.shape)} {str(kept.dtype).removeprefix('torch.')}, "
-                    f"{sizes[ptr] / largest_input:.0f}x the largest input", where, finding_fixes.saved(where),
+                    f"{sizes[ptr] / largest_input:.0f}x the largest input", where, fixes.saved(where),
                     budget.in_bytes(sizes[ptr]))]
 
 
@@ -74,7 +75,7 @@ def peak(parts, budget: Budget) -> list[Finding]:
                               f"({top.phase}, {top.module})",
                     f"at the peak: {biggest}; {saved_bytes:,} B of activations are saved for backward at the end of "
                     "the forward. A lower bound: no kernel workspaces, no allocator rounding", where,
-                    finding_fixes.checkpoint(rows[0].block) if rows else finding_fixes.saved(where),
+                    fixes.checkpoint(rows[0].block) if rows else fixes.saved(where),
                     budget.in_bytes(sum(n for name, n in at_peak if name not in _KEPT)))]
 
 
@@ -133,11 +134,11 @@ def checkpoint(parts, budget: Budget) -> list[Finding]:
                     f"its nodes save {r.saved_bytes:,} B, checkpoint() keeps its inputs ({r.kept_bytes:,} B) and "
                     f"runs its forward again: {r.recompute_flops:,} FLOPs"
                     + (f", {r.recompute_flops / step_flops:.0%} of the step's" if step_flops else ""),
-                    runs or r.block, finding_fixes.checkpoint(r.block), budget.in_bytes(r.freed_bytes))]
+                    runs or r.block, fixes.checkpoint(r.block), budget.in_bytes(r.freed_bytes))]
 
 
 def leak(growth, budget: Budget) -> list[Finding]:
-    """Memory that grows with every step, and what holds it (step_leaks names it from gc's referrers)."""
+    """Memory that grows with every step, and what holds it (leaks names it from gc's referrers)."""
     if growth is None or not growth.grows:
         return []
     live = ", ".join(f"{b:,}" for b in growth.live)
@@ -156,12 +157,12 @@ def leak(growth, budget: Budget) -> list[Finding]:
 
 def _held(growth, h) -> tuple[str, str, str]:
     """(title, why and what to write, the fix) for the holder `h`."""
-    fix = finding_fixes.detached(h.where)
+    fix = fixes.detached(h.where)
     if growth.retained:
         return (f"{h.path} carries the autograd graph from one step into the next",
                 "without retain_graph=True the next step's backward raises \"Trying to backward through the graph "
                 "a second time\"; with it, every step's graph and the tensors it saved stay alive (measured so, "
-                f"from a {h.path} with no graph): write `{fix}`", finding_fixes.carried(h.where))
+                f"from a {h.path} with no graph): write `{fix}`", fixes.carried(h.where))
     if h.spans > 1:
         return (f"{h.path} keeps the autograd graph of every step: each step adds to it",
                 f"its graph reaches into all {h.spans} steps run (a loss or output accumulated with its graph, "

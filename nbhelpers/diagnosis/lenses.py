@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from nbhelpers import (arguments, autograd_graph, compile_lens, findings, forward_graph, memory, memory_agreement,
-                       model_call, module_scope, module_work, profiling, step_leaks)
+from nbhelpers import (arguments, autograd_graph, compile_lens, forward_graph, memory, memory_agreement, model_call,
+                       module_scope, module_work, profiling)
+from nbhelpers.diagnosis import findings, leaks
 from nbhelpers.progress import Line
 
 __all__: list[str] = []   # Agreement, ExportResult, WhatIf (diagnose re-exports them), Step, Lenses, measure: diagnose's
@@ -123,7 +124,7 @@ def measure(model, call: model_call.Call, target, loss_fn, optimizer, lens: Lens
         agreements += lens("memory vs MemTracker", lambda: _memory_agreements(step), [])
         agreements += lens("saved bytes vs saved-tensor hooks", lambda: _saved_agreement(step, parts["graph"]), [])
     roots = {"model": model, "optimizer": optimizer, "loss_fn": loss_fn}
-    parts["growth"] = lens("across steps", lambda: step_leaks.across_steps(step, roots))
+    parts["growth"] = lens("across steps", lambda: leaks.across_steps(step, roots))
     parts["work"], flop_rows = lens("FLOPs vs FlopCounterMode", lambda: _work(step), ({}, []))
     agreements += flop_rows
     parts["regime"] = lens("regime", lambda: _regime(step))
