@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from nbhelpers import compile_lens, planted_models
-from nbhelpers.diagnosis import diagnose, findings, fixes, leaks, memory_findings, rank
+from nbhelpers.diagnosis import compile_findings, diagnose, fixes, leaks, memory_findings, rank
 from nbhelpers.diagnosis import view as diagnosis_view
 
 
@@ -130,7 +130,7 @@ def test_a_branch_that_goes_the_other_way_recompiles_under_its_break_not_as_a_ba
     resumed = [e for e in report.entries if e.function.startswith("torch_dynamo_resume_in_forward_at_")]
     assert [e.failed[0].split(": ", 1)[1] for e in resumed[1:]] == ["tensor 'wide' size mismatch at index 0. "
                                                                     "expected 8, actual 9", "___stack0 <= 0.0"]
-    found = findings._compile(report, None, rank.Budget(10**6, 10**4, seconds=1e-3))
+    found = compile_findings.compiled(report, None, rank.Budget(10**6, 10**4, seconds=1e-3))
     (branch,) = rank.ranked(found)                      # one cause: the break heads, the recompile under it
     assert branch.kind == "graph-break" and [c.kind for c in branch.consequences] == ["recompile"]
     (again,) = branch.consequences

@@ -24,11 +24,11 @@ from typing import Callable
 
 import torch
 
-from nbhelpers import (arguments, autograd_graph, devices, eager_only, forward_graph, memory, model_call, module_work,
-                       profiling, progress)
+from nbhelpers import (arguments, autograd_graph, compile_report, devices, eager_only, forward_graph, memory,
+                       model_call, module_scope, module_work, profiling, progress)
 from nbhelpers.diagnosis import findings, leaks, lenses
 from nbhelpers.diagnosis.findings import Finding
-from nbhelpers.diagnosis.lenses import Agreement, ExportResult, WhatIf
+from nbhelpers.diagnosis.measured import Agreement, ExportResult, Measured, ModeEffect, WhatIf
 
 __all__ = ["Agreement", "ExportResult", "WhatIf", "Diagnosis", "run"]
 
@@ -52,11 +52,11 @@ class Diagnosis:
     traced_at: int = -1                         # the event index at which the graph was traced
     work: dict[str, module_work.Work] = field(default_factory=dict)
     regime: profiling.Regime | None = None
-    compile: object | None = None               # compile_report.CompileReport over several input shapes
+    compile: compile_report.CompileReport | None = None     # over several input shapes
     export: tuple[ExportResult, ...] = ()
     checkpoint: tuple[WhatIf, ...] = ()
     growth: leaks.Growth | None = None     # live bytes after each of three steps, and what holds them
-    modes: tuple[lenses.ModeEffect, ...] = ()  # modules in the other mode than the model's, run both ways
+    modes: tuple[ModeEffect, ...] = ()          # modules in the other mode than the model's, run both ways
     seconds: dict[str, float] = field(default_factory=dict)          # wall time of each lens
     # the calls of the model's forward each lens made (a compiled or exported call counts once; timing is bounded)
     forward_calls: dict[str, int] = field(default_factory=dict)
@@ -118,20 +118,27 @@ def run(model: torch.nn.Module, example_inputs=None, *, args: tuple | None = Non
             _no_cuda_notice(), warnings.catch_warnings():      # the line names each lens as it starts (in Jupyter)
         warnings.simplefilter("ignore", eager_only.CompiledRanEagerly)
         lens = lenses.Lenses(shown)
-        held = _storages(model, inputs)
-        parts = lenses.measure(model, call, target, loss_fn, optimizer, lens, held)
-    ranked = findings.rank(model, inputs, {**parts, "inputs": inputs, "held": held})
-    step = parts.pop("step") + (" (of the eager module torch.compile wraps, model._orig_mod: the lenses that watch "
-                                "ops cannot see compiled kernels)" if compiled else "")
-    return Diagnosis(type(model).__name__, call.describe(), step, ranked, tuple(parts.pop("agreements")),
-                     seconds=lens.seconds, forward_calls=lens.forward_calls, unchecked=tuple(lens.unchecked), **parts)
+        measured = lenses.measure(model, call, target, loss_fn, optimizer, lens, _storages(model, inputs))
+    step = measured.step + (" (of the eager module torch.compile wraps, model._orig_mod: the lenses that watch ops "
+                            "cannot see compiled kernels)" if compiled else "")
+    return _diagnosis(type(model).__name__, call.describe(), step, findings.rank(model, inputs, measured), measured,
+                      lens)
 
 
-def _storages(model, inputs) -> set[int]:
+def _diagnosis(model: str, inputs: tuple[str, ...], step: str, ranked: tuple[Finding, ...], m: Measured,
+               lens: lenses.Lenses) -> Diagnosis:
+    return Diagnosis(model, inputs, step, ranked, m.agreements, error=m.error, error_where=m.error_where,
+                     graph=m.graph, forward=m.forward, saved_by_module=m.saved_by_module, tracker=m.tracker,
+                     categories=m.categories, nodes=m.nodes, traced_at=m.traced_at, work=m.work, regime=m.regime,
+                     compile=m.compile, export=m.export, checkpoint=m.checkpoint, growth=m.growth, modes=m.modes,
+                     seconds=lens.seconds, forward_calls=lens.forward_calls, unchecked=tuple(lens.unchecked))
+
+
+def _storages(model, inputs) -> frozenset[int]:
     """The storages of the model's tensors (parameters, buffers, plain attributes) and of the inputs: saving them
     for backward costs no new memory."""
-    held = [t for _, t, _ in findings.named_tensors(model)] + list(inputs)
-    return {memory.storage_key(part) for t in held if t.device.type != "meta" for part in memory.dense_parts(t)}
+    held = [t for _, t, _ in module_scope.named_tensors(model)] + list(inputs)
+    return frozenset(memory.storage_key(part) for t in held if t.device.type != "meta" for part in memory.dense_parts(t))
 
 
 def _checked(model, example_inputs, args, kwargs, target, loss_fn, optimizer, device):
@@ -161,10 +168,10 @@ def _checked(model, example_inputs, args, kwargs, target, loss_fn, optimizer, de
 
 def _tensors_to_keep(model, optimizer, loss_fn) -> list[torch.Tensor]:
     """Each tensor a step may change in place, once: the model's, the optimizer's parameters, the loss module's."""
-    found = [t for _, t, _ in findings.named_tensors(model)]
+    found = [t for _, t, _ in module_scope.named_tensors(model)]
     found += [p for group in (optimizer.param_groups if optimizer is not None else ()) for p in group["params"]]
     if isinstance(loss_fn, torch.nn.Module):
-        found += [t for _, t, _ in findings.named_tensors(loss_fn)]
+        found += [t for _, t, _ in module_scope.named_tensors(loss_fn)]
     return list({id(t): t for t in found if not t.is_meta}.values())
 
 

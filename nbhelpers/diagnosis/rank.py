@@ -109,11 +109,6 @@ class Finding:
         return NOTEBOOKS[self.lesson[:2]]
 
 
-def where_of(frame) -> str:
-    """A user_code.Frame as `file:line: text`, "" for None."""
-    return f"{frame.place}: {frame.text}" if frame is not None else ""
-
-
 def place(where: str) -> str:
     """The `file:line` a finding's `where` starts with, or "" (a module path, or nothing)."""
     found = _PLACE.match(where)
