@@ -11,7 +11,8 @@ The map. Each module has one layer and imports only from its own layer and the l
 - record: plain data an instrument returns and a view draws (frozen dataclasses, no torch state).
 - instrument: reads what torch does, on any model: never imports a lesson, a view or the exercises.
 - view: draws records and graphs; never imports a lesson or the exercises.
-- diagnosis: every instrument on a learner's own model at once, and the ranked findings; may use the views.
+- diagnosis: the package nbhelpers/diagnosis/ (its docstring maps its modules): every instrument on a learner's own
+  model at once, and the ranked findings; may use the views.
 - lesson: the series' own models, data, training loops and DDP workers; may use all of the above.
 - exercises: the checked exercises at the end of each notebook; may use all of the above.
 - tooling: the series' own machinery (running notebooks, the site, the CLI); no notebook imports it.
@@ -37,13 +38,6 @@ The map. Each module has one layer and imports only from its own layer and the l
 | flop_formulas     | instrument | -                          | FLOPs of the ops FlopCounterMode counts 0 (attention) |
 | module_work       | instrument | -                          | FLOPs and bytes per module, against FlopCounterMode  |
 | model_call        | instrument | -                          | a model's call as people pass it; its output's loss  |
-| step_lenses       | instrument | -                          | one step under every lens, each checked against torch |
-| step_leaks        | instrument | -                          | memory a step keeps across steps, and what holds it   |
-| findings          | instrument | 13                         | what a diagnosis found, ranked, with the evidence    |
-| finding_rank      | instrument | -                          | a finding, its measured cost, the rank, one a cause  |
-| finding_fixes     | instrument | -                          | what each finding says to change, as code            |
-| memory_findings   | instrument | -                          | the peak, a saved tensor, checkpoints, leaks         |
-| step_leaks        | instrument | -                          | what a step leaves to the next: growth, holders      |
 | compilation       | instrument | 05 06 11                   | backends, their cost, graph breaks, recompiles       |
 | compile_cache     | instrument | 05                         | what inductor's on-disk cache keeps                  |
 | compile_lens      | instrument | 05 11                      | what torch.compile built: graphs, breaks, guards     |
@@ -62,8 +56,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | picture_canvas    | view       | -                          | SVG boxes, arrows, labels that fit, light and dark   |
 | pictures          | view       | 03 04 06                   | pictures of live objects: float bits, parts, loaders |
 | compile_picture   | view       | 05                         | the compile pipeline drawn with one run's counts     |
-| diagnosis_view    | view       | 13                         | a diagnosis as text, a widget, an offline page       |
-| diagnose          | diagnosis  | 13                         | one step of any model through every lens, checked    |
+| diagnosis         | diagnosis  | 13                         | every lens on your model at once; ranked findings     |
 | models            | lesson     | 02 03 05 06 07 08 09 10 12 | the sandwich model and the series' small models      |
 | data              | lesson     | 00 03 04 06 07 10          | the offline handwritten digits, as torchvision MNIST |
 | training          | lesson     | 03                         | a short loop: fit -> History, evaluate -> Evaluation |

@@ -20,7 +20,7 @@ import torch
 from nbhelpers import arguments, module_scope
 from nbhelpers.module_scope import ACCUMULATE_GRAD, OUTSIDE, modules_of
 
-__all__ = ["SavedTensor", "Node", "Edge", "Graph", "trace"]
+__all__ = ["SavedTensor", "Node", "Edge", "Graph", "trace"]   # saved_by_module: for the diagnosis
 
 
 @dataclass(frozen=True)
@@ -254,3 +254,16 @@ class _Heap:
             child = 2 * (child + 1)
             items[hole], hole = items[child - 1], child - 1
         self._sift_up(hole, top, value)
+
+
+def saved_by_module(graph: Graph, held: set[int] | frozenset[int] = frozenset()) -> dict[str, int]:
+    """Bytes of activations the backward nodes made in each module (its submodules included) save, each storage
+    once; storages in `held` (parameters, buffers, inputs: they exist anyway) are not counted."""
+    storages: dict[str, dict[int, int]] = {}
+    for node in graph.nodes:
+        for path in node.modules:
+            kept = storages.setdefault(path, {})
+            for s in node.saved:
+                if s.storage_ptr and s.storage_ptr not in held:
+                    kept[s.storage_ptr] = max(kept.get(s.storage_ptr, 0), s.nbytes)
+    return {path: sum(kept.values()) for path, kept in storages.items()}

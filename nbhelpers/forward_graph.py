@@ -26,6 +26,7 @@ Example:
 """
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass
 
@@ -36,7 +37,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 
 from nbhelpers import arguments, autograd_graph, eager_only, module_scope
 
-__all__ = ["TensorMeta", "Source", "ForwardOp", "ForwardGraph", "trace"]
+__all__ = ["TensorMeta", "Source", "ForwardOp", "ForwardGraph", "trace"]   # inputs_by_module: the diagnosis's
 
 COPY_SLICES = "torch::autograd::CopySlices"
 FOR_GRAPHS = ("compile_lens.capture(model, x) and compile_view.from_report(...) for the graphs torch.compile "
@@ -274,3 +275,24 @@ def _linked(recorder: _Recorder, functions: list) -> tuple[ForwardOp, ...]:
             made.append(index[fn])
         ops.append(ForwardOp(**record, backward=made[0] if made else None, also=tuple(made[1:])))
     return tuple(ops)
+
+
+def inputs_by_module(fg: ForwardGraph) -> dict[str, int]:
+    """Bytes of the activations each module reads from ops outside it (what checkpoint() keeps), each storage once
+    at its largest view; the model's inputs, parameters and buffers are not counted (they exist anyway)."""
+    kept: dict[str, dict[int, int]] = {}
+    made_in = {op.id: set(op.modules) for op in fg.ops}
+    for op in fg.ops:
+        for meta, source in zip(op.inputs, op.sources):
+            if source.op is None:
+                continue
+            for path in op.modules:
+                if path not in made_in.get(source.op, ()):
+                    held = kept.setdefault(path, {})
+                    key = meta.storage_ptr or id(meta)
+                    held[key] = max(held.get(key, 0), _meta_bytes(meta))
+    return {path: sum(v.values()) for path, v in kept.items()}
+
+
+def _meta_bytes(meta: TensorMeta) -> int:
+    return math.prod(meta.shape) * getattr(torch, meta.dtype).itemsize

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils._pytree import tree_flatten
 
-__all__ = ["record", "module_of", "modules_of", "OUTSIDE", "ACCUMULATE_GRAD"]   # module_types: for the views
+__all__ = ["record", "module_of", "modules_of", "OUTSIDE", "ACCUMULATE_GRAD"]   # module_types: for the views;
+# modules_with_paths, named_tensors: for the diagnosis
 
 OUTSIDE = "(outside modules)"
 _TAG = "nbhelpers.module_scope.module"
@@ -217,3 +218,24 @@ def module_paths(root: torch.nn.Module) -> dict[int, str]:
             path = path.replace("._orig_mod", "").replace("_orig_mod.", "").replace("_orig_mod", "")
         names.setdefault(id(m), f"{top}.{path}" if path else top)   # a wrapped module keeps its wrapper's name
     return names
+
+
+def modules_with_paths(root: torch.nn.Module | None) -> list[tuple[str, torch.nn.Module]]:
+    """(path, module) for `root` and every module below it, named as `module_paths` names them ([] for None)."""
+    if root is None:
+        return []
+    paths = module_paths(root)
+    return [(paths.get(id(m), type(m).__name__), m) for m in root.modules()]
+
+
+def named_tensors(root: torch.nn.Module):
+    """(path, tensor, how it is held) for every parameter, buffer and tensor kept as a plain attribute of `root`
+    and its modules: "parameter", "buffer" or "plain attribute" (what model.to() and state_dict() skip)."""
+    for m_path, m in modules_with_paths(root):
+        for name, p in m.named_parameters(recurse=False):
+            yield f"{m_path}.{name}", p, "parameter"
+        for name, b in m.named_buffers(recurse=False):
+            yield f"{m_path}.{name}", b, "buffer"
+        for name, v in vars(m).items():
+            if isinstance(v, torch.Tensor) and not name.startswith("_"):
+                yield f"{m_path}.{name}", v, "plain attribute"

@@ -1,4 +1,4 @@
-// The page diagnosis_view.page() writes, filled in from its JSON (report-data) with textContent only, and its
+// The page diagnosis.view.page() writes, filled in from its JSON (report-data) with textContent only, and its
 // widgets run by graph_view's own front-end (joined before this file in the same module) with a stand-in for
 // the widget model: the traits live in the page, and every interaction runs in the browser.
 function fillText(id, text) { document.getElementById(id).textContent = text; }

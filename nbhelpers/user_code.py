@@ -9,15 +9,19 @@ Example:
 from __future__ import annotations
 
 import functools
+import inspect
 import linecache
 import os
+import re
 import sysconfig
+import traceback
 from pathlib import Path
 from typing import NamedTuple
 
 import torch
 
-__all__ = ["Frame", "caller", "place", "learners"]
+__all__ = ["Frame", "caller", "place", "learners"]   # where_of, error_text, error_place, defined_at, assigned_in:
+#                                                       the diagnosis's
 
 _TORCH = str(Path(torch.__file__).parent) + os.sep
 _STDLIB = str(Path(sysconfig.get_paths()["stdlib"]).resolve()) + os.sep
@@ -75,3 +79,61 @@ def caller(frame, stop=None) -> Frame | None:
             return None
         frame = frame.f_back
     return None
+
+
+def where_of(frame: Frame | None) -> str:
+    """A Frame as `file:line: text`, "" for None."""
+    return f"{frame.place}: {frame.text}" if frame is not None else ""
+
+
+def error_text(error: BaseException) -> str:
+    """The exception's type and the first line of its message: "RuntimeError: mat1 and mat2 shapes ..."."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
+def error_place(error: BaseException) -> str:
+    """The learner's innermost line where `error` was raised, as `file:line: text`, or "". Dynamo's errors (strict
+    export, fullgraph) carry the stack of the code they were tracing as `real_stack`: their traceback holds only
+    torch's frames and the caller's, so that stack comes first."""
+    for summary in reversed(getattr(error, "real_stack", None) or ()):
+        if learners(summary.filename):
+            return f"{place(summary.filename)}:{summary.lineno}: {(summary.line or '').strip()}"
+    frames = [f for f, _ in traceback.walk_tb(error.__traceback__)]
+    for frame in reversed(frames):
+        found = caller(frame, stop=frame)
+        if found is not None:
+            return where_of(found)
+    return ""
+
+
+def defined_at(function) -> str:
+    """`file:line: def name(...)` of a function (its wrappers unwrapped), when it is the learner's code; else ""."""
+    function = inspect.unwrap(function)
+    try:
+        lines, first = inspect.getsourcelines(function)
+        file = inspect.getsourcefile(function)
+    except (TypeError, OSError):
+        return ""
+    return f"{place(file)}:{first}: {lines[0].strip()}" if file and learners(file) else ""
+
+
+def assigned_in(cls: type, attr: str) -> str:
+    """`file:line: text` of the learner's line that makes the attribute `attr` of instances of `cls`: an
+    assignment to `self.attr`, or a register_buffer/register_parameter/add_module("attr", ...), in the class or a
+    class it inherits from; "" when no line of the learner's code does (an attribute of a torch class)."""
+    name = re.escape(attr)
+    made = re.compile(rf"self\.{name}\s*(?:,[^=]*)?=(?!=)|\.(?:register_buffer|register_parameter|add_module)"
+                      rf"\(\s*[\"']{name}[\"']")
+    for owner in cls.__mro__:
+        try:
+            lines, first = inspect.getsourcelines(owner)
+            file = inspect.getsourcefile(owner)
+        except (TypeError, OSError):
+            continue
+        if not file or not learners(file):
+            continue
+        for k, line in enumerate(lines):
+            if made.search(line.split("#", 1)[0]):
+                return f"{place(file)}:{first + k}: {line.strip()}"
+    return ""

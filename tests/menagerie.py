@@ -40,7 +40,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
-from nbhelpers import autograd_graph, diagnose, forward_graph, memory_agreement, profiling
+from nbhelpers import autograd_graph, forward_graph, memory_agreement, profiling
+from nbhelpers.diagnosis import diagnose
 from tests.menagerie_report import LENSES
 
 REPO = Path(__file__).resolve().parents[1]

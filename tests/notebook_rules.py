@@ -296,12 +296,11 @@ def nbhelpers_calls(nb) -> set[tuple[str, str]]:
     """(module, name) pairs a notebook calls or constructs (`m.name(...)`), or hands to an nbhelpers call
     that runs it (`distributed.launch(ddp_workers.worker, 2)`). An annotation or a bare reference is not a use."""
     tree = _code_tree(nb)
-    modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "nbhelpers"
-               for a in n.names}
+    modules = source_imports.module_aliases(tree, "nbhelpers")
 
     def named(node):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules:
-            return node.value.id, node.attr
+            return modules[node.value.id], node.attr
         return None
 
     used = _calls_of_names_imported_from_modules(nb)

@@ -8,9 +8,10 @@ import re
 import pytest
 import torch
 
-from nbhelpers import (autograd_graph, compilation, compile_lens, compile_view, data, diagnose, distributed,
-                       exercises, graph_diff, graph_view, memory, memory_agreement, memory_timeline, mixed_precision,
-                       module_scope, module_work, profiling, saving, storage, training)
+from nbhelpers import (autograd_graph, compilation, compile_lens, compile_view, data, distributed, exercises,
+                       graph_diff, graph_view, memory, memory_agreement, memory_timeline, mixed_precision, module_scope,
+                       module_work, profiling, saving, storage, training)
+from nbhelpers.diagnosis import diagnose
 
 
 def _model():

@@ -15,7 +15,9 @@ import torch
 from torch import nn
 from torch.cuda import _memory_viz
 
-from nbhelpers import diagnose, diagnosis_view, memory_timeline, module_work, planted_models
+from nbhelpers import memory_timeline, module_work, planted_models
+from nbhelpers.diagnosis import diagnose
+from nbhelpers.diagnosis import view as diagnosis_view
 from tests import REPO
 from tests.test_unseen_models import ARCHITECTURES, Recurrent
 

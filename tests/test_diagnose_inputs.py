@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from nbhelpers import diagnose, model_call
+from nbhelpers import model_call
+from nbhelpers.diagnosis import diagnose
 from tests import REPO
 
 

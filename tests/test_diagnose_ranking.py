@@ -8,8 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from nbhelpers import (compile_lens, diagnose, diagnosis_view, finding_fixes, finding_rank, findings, memory_findings,
-                       planted_models, step_leaks)
+from nbhelpers import compile_lens, planted_models
+from nbhelpers.diagnosis import compile_findings, diagnose, fixes, leaks, memory_findings, rank
+from nbhelpers.diagnosis import view as diagnosis_view
 
 
 class BranchOnItem(nn.Module):
@@ -129,8 +130,8 @@ def test_a_branch_that_goes_the_other_way_recompiles_under_its_break_not_as_a_ba
     resumed = [e for e in report.entries if e.function.startswith("torch_dynamo_resume_in_forward_at_")]
     assert [e.failed[0].split(": ", 1)[1] for e in resumed[1:]] == ["tensor 'wide' size mismatch at index 0. "
                                                                     "expected 8, actual 9", "___stack0 <= 0.0"]
-    found = findings._compile(report, None, finding_rank.Budget(10**6, 10**4, seconds=1e-3))
-    (branch,) = finding_rank.ranked(found)                      # one cause: the break heads, the recompile under it
+    found = compile_findings.compiled(report, None, rank.Budget(10**6, 10**4, seconds=1e-3))
+    (branch,) = rank.ranked(found)                      # one cause: the break heads, the recompile under it
     assert branch.kind == "graph-break" and [c.kind for c in branch.consequences] == ["recompile"]
     (again,) = branch.consequences
     assert again.where == branch.where and "if x.sum().item() > 0:" in again.where and again.fix == branch.fix
@@ -140,9 +141,9 @@ def test_a_branch_that_goes_the_other_way_recompiles_under_its_break_not_as_a_ba
 
 def test_the_costly_findings_come_in_the_order_of_their_shares(diagnoses):
     for name, d in diagnoses.items():
-        tiers = [finding_rank.tier(f) for f in d.findings]
+        tiers = [rank.tier(f) for f in d.findings]
         assert tiers == sorted(tiers), name
-        shares = [f.cost.share for f in d.findings if finding_rank.tier(f) == 1]
+        shares = [f.cost.share for f in d.findings if rank.tier(f) == 1]
         assert shares == sorted(shares, reverse=True), name
 
 
@@ -175,12 +176,12 @@ def test_every_kind_of_finding_says_what_to_change_as_python_code(diagnoses):
             compile(f.fix, f"<fix of {f.kind}>", "exec")         # raises on anything but Python
             assert f.fix.strip() and not f.fix.lstrip().startswith("#"), f
             seen.add(f.kind)
-    assert seen == set(finding_rank.ORDER)
+    assert seen == set(rank.ORDER)
 
 
-@pytest.mark.parametrize("fix", [finding_fixes.checkpoint("ResNet.layer1.0"), finding_fixes.mode("eval", "layer1.0.bn1"),
-                                 finding_fixes.branch("elif h.mean().item() > 0.5 and x.sum() > 0:  # why"),
-                                 finding_fixes.register("total", "m.py:3: self.total = torch.zeros(()) [Net.total]")],
+@pytest.mark.parametrize("fix", [fixes.checkpoint("ResNet.layer1.0"), fixes.mode("eval", "layer1.0.bn1"),
+                                 fixes.branch("elif h.mean().item() > 0.5 and x.sum() > 0:  # why"),
+                                 fixes.register("total", "m.py:3: self.total = torch.zeros(()) [Net.total]")],
                          ids=["checkpoint", "mode", "branch", "register"])
 def test_a_fix_reaches_a_child_by_index_and_drops_comments_and_paths(fix):
     compile(fix, "<fix>", "exec")
@@ -223,13 +224,13 @@ def test_losses_kept_after_backward_with_retain_graph_keep_their_saved_tensors_a
         KEPT.append(loss)                             # every step's loss, with its graph and its saved tensors
 
     try:
-        growth = step_leaks.across_steps(step, {"model": model})
+        growth = leaks.across_steps(step, {"model": model})
     finally:
         KEPT.clear()
     (held,) = growth.holders
     assert held.path == "tests.test_diagnose_ranking.KEPT" and held.retained == held.graphs == 2
     assert all(n >= 8 * 256 * 4 for n in growth.per_step)      # the tanh output each graph saved, at least
-    (leak,) = memory_findings.leak(growth, finding_rank.Budget(10**6, 10**4))
+    (leak,) = memory_findings.leak(growth, rank.Budget(10**6, 10**4))
     assert "retain_graph=True" in leak.evidence and leak.fix == "KEPT.append(loss.detach())"
 
 
@@ -238,5 +239,5 @@ def test_a_layer_left_in_eval_mode_in_a_training_model_ranks_after_what_is_measu
     model[1].eval()                                   # often meant (a frozen BatchNorm is): no cost, last tier
     found = _run(model, torch.randn(6, 4)).findings
     (mode,) = [f for f in found if f.kind == "mode"]
-    assert mode.maybe_meant and finding_rank.tier(mode) == 2 and mode.fix.startswith("model.train()")
+    assert mode.maybe_meant and rank.tier(mode) == 2 and mode.fix.startswith("model.train()")
     assert found[0].cost is not None and found.index(mode) > 0        # what is measured comes first

@@ -7,8 +7,9 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from nbhelpers import (autograd_graph, compilation, compile_lens, diagnose, eager_only, forward_graph, graph_view,
-                       memory, memory_agreement, module_scope, profiling, storage)
+from nbhelpers import (autograd_graph, compilation, compile_lens, eager_only, forward_graph, graph_view, memory,
+                       memory_agreement, module_scope, profiling, storage)
+from nbhelpers.diagnosis import diagnose
 
 
 def _model():

@@ -183,10 +183,10 @@ class _Handle:
 
 
 def test_the_diagnosis_line_names_each_lens_as_it_starts():
-    from nbhelpers import step_lenses
+    from nbhelpers.diagnosis import lenses
 
     handle = _Handle()
-    lens = step_lenses.Lenses(progress.Line("diagnose Net", handle, clock=lambda: 0.0))
+    lens = lenses.Lenses(progress.Line("diagnose Net", handle, clock=lambda: 0.0))
     assert lens("forward graph", lambda: 1) == 1 and lens("broken", lambda: 1 / 0, "none") == "none"
     assert handle.drawn == ["diagnose Net: forward graph (0 s)", "diagnose Net: broken (0 s)"]
     assert lens.unchecked == ["broken: ZeroDivisionError: division by zero"]

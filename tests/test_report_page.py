@@ -8,7 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from nbhelpers import diagnose, diagnosis_view, findings, planted_models
+from nbhelpers import planted_models
+from nbhelpers.diagnosis import diagnose, findings
+from nbhelpers.diagnosis import view as diagnosis_view
 from tests import REPO, browser
 
 

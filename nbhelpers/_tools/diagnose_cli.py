@@ -127,7 +127,7 @@ def _batch_size(inputs) -> int:
 def main(args) -> int:
     import torch
 
-    from nbhelpers import diagnose
+    from nbhelpers.diagnosis import diagnose
 
     try:
         torch.manual_seed(args.seed)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from nbhelpers import diagnose
+from nbhelpers.diagnosis import diagnose
 from nbhelpers.exercises.registry import call, draw, exercise, inputs
 
 

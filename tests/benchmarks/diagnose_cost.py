@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 import torchvision
 
-from nbhelpers import (autograd_graph, compile_lens, diagnose, forward_graph, memory, memory_agreement,
-                       module_work, profiling)
+from nbhelpers import autograd_graph, compile_lens, forward_graph, memory, memory_agreement, module_work, profiling
+from nbhelpers.diagnosis import diagnose
 
 
 def _model_and_step():

@@ -16,7 +16,8 @@ import warnings
 
 import torch
 
-from nbhelpers import diagnose, profiling
+from nbhelpers import profiling
+from nbhelpers.diagnosis import diagnose
 from tests import menagerie_models
 
 BUDGET_MEDIAN_S, BUDGET_SLOWEST_S = 10.0, 40.0

@@ -9,8 +9,8 @@ variables, and the tensors bound to them, put back after a diagnosis, so a forwa
 nothing behind.
 
 Example:
-    with step_leaks.kept(model):
-        growth = step_leaks.across_steps(step, {"model": model})
+    with leaks.kept(model):
+        growth = leaks.across_steps(step, {"model": model})
     growth.per_step, [(h.path, h.tensors) for h in growth.holders]     # [2048, 2048], [('Leak.history', 3)]
 """
 from __future__ import annotations
@@ -93,7 +93,8 @@ def across_steps(step, roots: dict, steps: int = 3) -> Growth:
 @contextlib.contextmanager
 def _without_graphs(model):
     """The tensors the model's modules keep as plain attributes, detached for the block and put back after."""
-    carried = [(vars(m), name, t) for _, m in _modules(model) for name, t in vars(m).items()
+    carried = [(vars(m), name, t) for _, m in module_scope.modules_with_paths(model)
+               for name, t in vars(m).items()
                if isinstance(t, torch.Tensor) and t.grad_fn is not None and name not in _MODULE_OWN]
     try:
         for space, name, t in carried:
@@ -241,7 +242,7 @@ def _named(roots: dict) -> dict[int, tuple]:
     namespace (a module's __dict__, a Python module's globals) has attribute None: the key that holds the
     object completes it."""
     names: dict[int, tuple] = {}
-    for path, m in _modules(roots.get("model")):
+    for path, m in module_scope.modules_with_paths(roots.get("model")):
         names[id(vars(m))] = (path, type(m), None)
         for attr, v in vars(m).items():
             if isinstance(v, _CONTAINERS) and attr not in _MODULE_OWN:
@@ -258,17 +259,10 @@ def _named(roots: dict) -> dict[int, tuple]:
     return names
 
 
-def _modules(model) -> list[tuple[str, torch.nn.Module]]:
-    if model is None:
-        return []
-    paths = module_scope.module_paths(model)
-    return [(paths.get(id(m), type(m).__name__), m) for m in model.modules()]
-
-
 def _learner_modules(roots: dict) -> list:
     """The Python modules of the learner's code the step runs: those defining the model's classes and the loss
     function (not torch's, not the standard library's, not this package's machinery)."""
-    kinds = [type(m) for _, m in _modules(roots.get("model"))] + [roots.get("loss_fn")]
+    kinds = [type(m) for _, m in module_scope.modules_with_paths(roots.get("model"))] + [roots.get("loss_fn")]
     found = {}
     for kind in kinds:
         name = getattr(kind, "__module__", None) if kind is not None else None
@@ -322,7 +316,8 @@ def kept(model: torch.nn.Module, loss_fn=None):
     learner's module-level variables (a shallow copy: the same objects in the same order), and the tensors bound to
     their attributes and variables (a forward that rebinds `self.total = self.total + loss`)."""
     roots = {"model": model, "loss_fn": loss_fn}
-    spaces = [vars(m) for _, m in _modules(model)] + [vars(module) for module in _learner_modules(roots)]
+    spaces = [vars(m) for _, m in module_scope.modules_with_paths(model)] + \
+        [vars(module) for module in _learner_modules(roots)]
     saved = [(space, {k: v for k, v in space.items() if _restorable(k, v)},
               [(v, list(v.items()) if isinstance(v, dict) else list(v)) for k, v in space.items()
                if isinstance(v, _CONTAINERS) and _restorable(k, v)]) for space in spaces]

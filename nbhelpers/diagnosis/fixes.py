@@ -3,7 +3,7 @@ one (`if h.mean().item() > 0.5:` becomes `torch.cond(h.mean() > 0.5, ...)`), els
 kind. Every fix is Python that compiles (a test compiles each); a comment says what it replaces.
 
 Example:
-    finding_fixes.branch("if h.mean().item() > 0.5:")
+    fixes.branch("if h.mean().item() > 0.5:")
     # 'out = torch.cond(h.mean() > 0.5, true_fn, false_fn, operands)  # instead of the if: ...'
 """
 from __future__ import annotations

@@ -2,13 +2,13 @@
 widget, and the whole report as one self-contained HTML page that opens from a file with no network.
 
 The page is a fixed shell. Its data (findings, agreements, the widgets' states) travel as JSON in a
-`<script type="application/json">`, and report_page.js fills the shell in with textContent, so a name from the
+`<script type="application/json">`, and nbhelpers/report_page.js fills the shell in with textContent, so a name from the
 learner's code is never read as HTML. The widgets are graph_view's own front-end, inlined, and run with a small
 stand-in for the widget model: every click works without a kernel.
 
 Example:
-    print(diagnosis_view.summary(d))
-    diagnosis_view.save_html(d, "report.html")
+    print(view.summary(d))
+    view.save_html(d, "report.html")
 """
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ from nbhelpers import arguments, atomic, forward_view, graph_view, memory_timeli
 __all__ = ["summary", "show", "save_html", "page", "lesson_links", "MAX_PAGE_BYTES"]
 
 MAX_PAGE_BYTES = 1_000_000
-_HERE = Path(__file__).parent
+_PACKAGE = Path(__file__).parent.parent       # nbhelpers/: the page's shell and filler live there
 
 
 def summary(d, top: int = 5) -> str:
     """The top findings, each with its evidence, place, lesson, cost, fix and the consequences of its cause, then
     the agreements (what the CLI prints)."""
-    arguments.require_positive("diagnosis_view.summary", "top", top)
+    arguments.require_positive("diagnosis.view.summary", "top", top)
     lines = [f"{d.model} on {', '.join(d.inputs)}: {d.step}"]
     if d.error:
         lines.append(f"the step raised {d.error}" + (f" at {d.error_where}" if d.error_where else ""))
@@ -133,8 +133,8 @@ def page(d, lessons: dict[str, str] | None = None) -> str:
     lessons: {notebook file: URL relative to where the page will be} for links to the lessons (none when
     absent).
     """
-    shell = (_HERE / "report_page.html").read_text()
-    code = graph_view.esm_source() + "\n" + (_HERE / "report_page.js").read_text()
+    shell = (_PACKAGE / "report_page.html").read_text()
+    code = graph_view.esm_source() + "\n" + (_PACKAGE / "report_page.js").read_text()
     if "</script" in code.lower():
         raise AssertionError("a shipped front-end file contains </script>, which would end the page's script")
     before, rest = shell.split("@DATA@")
@@ -142,13 +142,13 @@ def page(d, lessons: dict[str, str] | None = None) -> str:
     return before + _script_safe(_data(d, lessons or {})) + middle + code + after
 
 
-def lesson_links(d, folder: Path, site: Path = _HERE.parent / "build" / "site") -> dict[str, str]:
+def lesson_links(d, folder: Path, site: Path = _PACKAGE.parent / "build" / "site") -> dict[str, str]:
     """{notebook: URL relative to `folder`} for each lesson of `d`'s findings: the page `make html` built
     (a browser shows it; a .ipynb it would show as raw JSON), else the notebook of this checkout (JupyterLab
     opens it), else no link (the package installed outside a checkout)."""
     links = {}
     for f in d.findings:
-        for target in (site / f"{Path(f.notebook).stem}.html", _HERE.parent / "notebooks" / f.notebook):
+        for target in (site / f"{Path(f.notebook).stem}.html", _PACKAGE.parent / "notebooks" / f.notebook):
             if target.is_file():
                 links[f.notebook] = Path(os.path.relpath(target, folder.resolve())).as_posix()
                 break

@@ -1,16 +1,19 @@
 """Where a diagnosed step's memory goes, as findings: its peak, one saved tensor far larger than the rest, the
 block whose checkpointing frees the most, and memory that grows from step to step. Each is placed at the
 learner's line whose ops made the bytes (memory.track(lines=True) records it per op) and costs its bytes as a
-share of the step's memory at its peak (`finding_rank.Budget`).
+share of the step's memory at its peak (`rank.Budget`).
 
 Example:
-    found = memory_findings.peak(parts, budget)
+    found = memory_findings.peak(measured, budget)
     found[0].where, found[0].cost.share          # 'model.py:12: wide = h.repeat(1, 1024).tanh()', 0.99
 """
 from __future__ import annotations
 
-from nbhelpers import finding_fixes, module_work
-from nbhelpers.finding_rank import Budget, Finding, where_of
+from nbhelpers import module_work
+from nbhelpers.diagnosis import fixes
+from nbhelpers.diagnosis.measured import Measured
+from nbhelpers.diagnosis.rank import Budget, Finding
+from nbhelpers.user_code import where_of
 
 __all__: list[str] = []      # findings' builders
 
@@ -21,16 +24,16 @@ _HUGE = 32
 _KEPT = ("gradients", "optimizer state")     # what any step of this model holds: not the model's design
 
 
-def saved(parts, budget: Budget) -> list[Finding]:
+def saved(m: Measured, inputs: tuple, budget: Budget) -> list[Finding]:
     """One saved activation far larger than the model's inputs and most of what backward keeps: a tensor that
     need not exist (an outer product, a broadcast made real) or that checkpointing should drop."""
-    graph, inputs = parts.get("graph"), parts.get("inputs", ())
+    graph = m.graph
     if graph is None:
         return []
     owner, sizes = {}, {}
     for n in graph.nodes:
         for s in n.saved:
-            if s.storage_ptr and s.storage_ptr not in parts.get("held", ()):      # parameters cost nothing new
+            if s.storage_ptr and s.storage_ptr not in m.held:      # parameters cost nothing new
                 sizes[s.storage_ptr] = max(sizes.get(s.storage_ptr, 0), s.nbytes)
                 owner.setdefault(s.storage_ptr, (n, s))
     total, largest_input = sum(sizes.values()), max((t.numel() * t.element_size() for t in inputs), default=0)
@@ -40,66 +43,66 @@ def saved(parts, budget: Budget) -> list[Finding]:
     share, node, kept = sizes[ptr] / total, *owner[ptr]
     if share < _SAVED_SHARE or sizes[ptr] < _HUGE * largest_input:
         return []
-    where = where_of(_made_at(parts, ptr)) or node.module
+    where = where_of(_made_at(m, ptr)) or node.module
     return [Finding("saved-for-backward", f"{node.name} in {node.module} saves one tensor of {sizes[ptr]:,} B, "
                                           f"{share:.0%} of the activations kept for backward",
                     f"{kept.attr} {list(kept.shape)} {str(kept.dtype).removeprefix('torch.')}, "
-                    f"{sizes[ptr] / largest_input:.0f}x the largest input", where, finding_fixes.saved(where),
+                    f"{sizes[ptr] / largest_input:.0f}x the largest input", where, fixes.saved(where),
                     budget.in_bytes(sizes[ptr]))]
 
 
-def _made_at(parts, ptr: int):
+def _made_at(m: Measured, ptr: int):
     """The learner's line whose op made the storage at `ptr`: the allocation alive when the graph was traced."""
-    tracker, at = parts.get("tracker"), parts.get("traced_at", -1)
+    tracker, at = m.tracker, m.traced_at
     for a in reversed(tracker.allocations if tracker else []):
         if a.key == ptr and a.op_index <= at and (a.freed_at is None or a.freed_at > at):
             return tracker.events[a.op_index].frame
     return None
 
 
-def peak(parts, budget: Budget) -> list[Finding]:
+def peak(m: Measured, budget: Budget) -> list[Finding]:
     """The step's peak, placed at the learner's line that made most of the bytes alive there; it costs what is
     neither gradients nor optimizer state (activations and temporaries: what the model's design decides)."""
-    tracker = parts.get("tracker")
+    tracker = m.tracker
     if tracker is None or not tracker.events:
         return []
     top = max(tracker.events, key=lambda e: e.live_bytes)
-    saved_bytes = sum(parts.get("saved_by_module", {}).get(p, 0) for p in _roots(parts))
-    at_peak = _at(tracker, top.index, parts.get("categories", {}))
+    saved_bytes = sum(m.saved_by_module.get(p, 0) for p in _roots(m))
+    at_peak = _at(tracker, top.index, m.categories)
     biggest = ", ".join(f"{name} {n:,} B ({n / max(1, top.live_bytes):.0%})" for name, n in at_peak[:3])
     times = f", {tracker.peak_bytes / budget.parameters:,.3g}x the parameters," if budget.parameters else ""
-    where = _peak_line(parts, top.index) or top.module
-    rows = parts.get("checkpoint", ())
+    where = _peak_line(m, top.index) or top.module
+    rows = m.checkpoint
     return [Finding("memory", f"peak {tracker.peak_bytes:,} B of tensors made in the step{times} at op {top.index} "
                               f"({top.phase}, {top.module})",
                     f"at the peak: {biggest}; {saved_bytes:,} B of activations are saved for backward at the end of "
                     "the forward. A lower bound: no kernel workspaces, no allocator rounding", where,
-                    finding_fixes.checkpoint(rows[0].block) if rows else finding_fixes.saved(where),
+                    fixes.checkpoint(rows[0].block) if rows else fixes.saved(where),
                     budget.in_bytes(sum(n for name, n in at_peak if name not in _KEPT)))]
 
 
-def _peak_line(parts, index: int) -> str:
+def _peak_line(m: Measured, index: int) -> str:
     """The learner's line that made the most bytes alive after op `index` ("" when none did): a forward op's own
     line, and for what a backward node made, the line that made the largest tensor the node saved (its backward
     is that line's)."""
-    tracker, graph = parts["tracker"], parts.get("graph")
+    tracker, graph = m.tracker, m.graph
     nodes = {n.id: n for n in graph.nodes} if graph is not None else {}
     by: dict = {}
     for a in tracker.allocations:
         if a.op_index <= index and (a.freed_at is None or a.freed_at > index):
-            frame = _maker(parts, tracker.events[a.op_index], nodes)
+            frame = _maker(m, tracker.events[a.op_index], nodes)
             if frame is not None:
                 by[frame] = by.get(frame, 0) + a.nbytes
     return where_of(max(by, key=by.get)) if by else ""
 
 
-def _maker(parts, event, nodes: dict):
+def _maker(m: Measured, event, nodes: dict):
     if event.frame is not None or event.phase == "forward":
         return event.frame
-    node = nodes.get(parts.get("nodes", {}).get(event.node))
+    node = nodes.get(m.nodes.get(event.node))
     kept = [s for s in (node.saved if node is not None else ()) if s.storage_ptr
-            and s.storage_ptr not in parts.get("held", ())]
-    return _made_at(parts, max(kept, key=lambda s: s.nbytes).storage_ptr) if kept else None
+            and s.storage_ptr not in m.held]
+    return _made_at(m, max(kept, key=lambda s: s.nbytes).storage_ptr) if kept else None
 
 
 def _at(tracker, index: int, categories: dict[int, str]) -> list[tuple[str, int]]:
@@ -113,19 +116,19 @@ def _at(tracker, index: int, categories: dict[int, str]) -> list[tuple[str, int]
     return sorted(by.items(), key=lambda kv: -kv[1])
 
 
-def _roots(parts) -> list[str]:
-    graph = parts.get("graph")
+def _roots(m: Measured) -> list[str]:
+    graph = m.graph
     return list(dict.fromkeys(n.modules[0] for n in graph.nodes if n.modules)) if graph else []
 
 
-def checkpoint(parts, budget: Budget) -> list[Finding]:
+def checkpoint(m: Measured, budget: Budget) -> list[Finding]:
     """The block whose checkpointing frees the most, when that is a tenth of the peak or more; placed at the
     first line of the learner's that runs it."""
-    rows, tracker = parts.get("checkpoint", ()), parts.get("tracker")
+    rows, tracker = m.checkpoint, m.tracker
     if not rows or tracker is None or not tracker.peak_bytes or rows[0].freed_bytes < 0.1 * tracker.peak_bytes:
         return []
     r = rows[0]
-    step_flops = parts["work"][module_work.TOTAL].flops if parts.get("work") else 0
+    step_flops = m.work[module_work.TOTAL].flops if m.work else 0
     runs = next((where_of(e.frame) for e in tracker.events if e.frame and e.phase == "forward"
                  and (e.module == r.block or e.module.startswith(r.block + "."))), "")
     return [Finding("checkpoint", f"checkpointing {r.block} would free {r.freed_bytes:,} B held for backward "
@@ -133,11 +136,11 @@ def checkpoint(parts, budget: Budget) -> list[Finding]:
                     f"its nodes save {r.saved_bytes:,} B, checkpoint() keeps its inputs ({r.kept_bytes:,} B) and "
                     f"runs its forward again: {r.recompute_flops:,} FLOPs"
                     + (f", {r.recompute_flops / step_flops:.0%} of the step's" if step_flops else ""),
-                    runs or r.block, finding_fixes.checkpoint(r.block), budget.in_bytes(r.freed_bytes))]
+                    runs or r.block, fixes.checkpoint(r.block), budget.in_bytes(r.freed_bytes))]
 
 
 def leak(growth, budget: Budget) -> list[Finding]:
-    """Memory that grows with every step, and what holds it (step_leaks names it from gc's referrers)."""
+    """Memory that grows with every step, and what holds it (leaks names it from gc's referrers)."""
     if growth is None or not growth.grows:
         return []
     live = ", ".join(f"{b:,}" for b in growth.live)
@@ -156,12 +159,12 @@ def leak(growth, budget: Budget) -> list[Finding]:
 
 def _held(growth, h) -> tuple[str, str, str]:
     """(title, why and what to write, the fix) for the holder `h`."""
-    fix = finding_fixes.detached(h.where)
+    fix = fixes.detached(h.where)
     if growth.retained:
         return (f"{h.path} carries the autograd graph from one step into the next",
                 "without retain_graph=True the next step's backward raises \"Trying to backward through the graph "
                 "a second time\"; with it, every step's graph and the tensors it saved stay alive (measured so, "
-                f"from a {h.path} with no graph): write `{fix}`", finding_fixes.carried(h.where))
+                f"from a {h.path} with no graph): write `{fix}`", fixes.carried(h.where))
     if h.spans > 1:
         return (f"{h.path} keeps the autograd graph of every step: each step adds to it",
                 f"its graph reaches into all {h.spans} steps run (a loss or output accumulated with its graph, "

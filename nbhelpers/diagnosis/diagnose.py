@@ -1,7 +1,7 @@
 """Your own model through every lens at once: one training step (or one inference) run under the series'
 instruments, each checked against PyTorch's own tool, and what matters first ranked as findings.
 
-`step_lenses` measures, `findings` ranks, `diagnosis_view` draws (a widget, a self-contained page); `run`
+`lenses` measures, `findings` ranks, `view` draws (a widget, a self-contained page); `run`
 puts them together. Every number that PyTorch can also measure is measured both ways and listed in
 `Diagnosis.agreements`.
 
@@ -24,10 +24,11 @@ from typing import Callable
 
 import torch
 
-from nbhelpers import (arguments, autograd_graph, devices, eager_only, findings, forward_graph, memory, model_call,
-                       module_work, profiling, progress, step_leaks, step_lenses)
-from nbhelpers.findings import Finding
-from nbhelpers.step_lenses import Agreement, ExportResult, WhatIf
+from nbhelpers import (arguments, autograd_graph, compile_report, devices, eager_only, forward_graph, memory,
+                       model_call, module_scope, module_work, profiling, progress)
+from nbhelpers.diagnosis import findings, leaks, lenses
+from nbhelpers.diagnosis.findings import Finding
+from nbhelpers.diagnosis.measured import Agreement, ExportResult, Measured, ModeEffect, WhatIf
 
 __all__ = ["Agreement", "ExportResult", "WhatIf", "Diagnosis", "run"]
 
@@ -51,11 +52,11 @@ class Diagnosis:
     traced_at: int = -1                         # the event index at which the graph was traced
     work: dict[str, module_work.Work] = field(default_factory=dict)
     regime: profiling.Regime | None = None
-    compile: object | None = None               # compile_report.CompileReport over several input shapes
+    compile: compile_report.CompileReport | None = None     # over several input shapes
     export: tuple[ExportResult, ...] = ()
     checkpoint: tuple[WhatIf, ...] = ()
-    growth: step_leaks.Growth | None = None     # live bytes after each of three steps, and what holds them
-    modes: tuple[step_lenses.ModeEffect, ...] = ()  # modules in the other mode than the model's, run both ways
+    growth: leaks.Growth | None = None     # live bytes after each of three steps, and what holds them
+    modes: tuple[ModeEffect, ...] = ()          # modules in the other mode than the model's, run both ways
     seconds: dict[str, float] = field(default_factory=dict)          # wall time of each lens
     # the calls of the model's forward each lens made (a compiled or exported call counts once; timing is bounded)
     forward_calls: dict[str, int] = field(default_factory=dict)
@@ -63,19 +64,19 @@ class Diagnosis:
 
     def summary(self, top: int = 5) -> str:
         """The top findings and the agreements, as text (what the CLI prints)."""
-        from nbhelpers import diagnosis_view
-        return diagnosis_view.summary(self, top)
+        from nbhelpers.diagnosis import view
+        return view.summary(self, top)
 
     def show(self):
         """The memory timeline over the backward graph: a widget (JupyterLab, the static site) whose click on the
         timeline selects the node that holds the bytes."""
-        from nbhelpers import diagnosis_view
-        return diagnosis_view.show(self)
+        from nbhelpers.diagnosis import view
+        return view.show(self)
 
     def save_html(self, path) -> None:
         """One self-contained page (no CDN, no request): findings, agreements, the timeline and the graphs."""
-        from nbhelpers import diagnosis_view
-        diagnosis_view.save_html(self, path)
+        from nbhelpers.diagnosis import view
+        view.save_html(self, path)
 
     def save_snapshot(self, path) -> None:
         """The step's allocations as a `torch.cuda.memory._snapshot()`-style pickle that PyTorch's memory_viz
@@ -116,21 +117,28 @@ def run(model: torch.nn.Module, example_inputs=None, *, args: tuple | None = Non
     with progress.line(f"diagnose {type(model).__name__}") as shown, _preserved(model, optimizer, loss_fn, inputs), \
             _no_cuda_notice(), warnings.catch_warnings():      # the line names each lens as it starts (in Jupyter)
         warnings.simplefilter("ignore", eager_only.CompiledRanEagerly)
-        lens = step_lenses.Lenses(shown)
-        held = _storages(model, inputs)
-        parts = step_lenses.measure(model, call, target, loss_fn, optimizer, lens, held)
-    ranked = findings.rank(model, inputs, {**parts, "inputs": inputs, "held": held})
-    step = parts.pop("step") + (" (of the eager module torch.compile wraps, model._orig_mod: the lenses that watch "
-                                "ops cannot see compiled kernels)" if compiled else "")
-    return Diagnosis(type(model).__name__, call.describe(), step, ranked, tuple(parts.pop("agreements")),
-                     seconds=lens.seconds, forward_calls=lens.forward_calls, unchecked=tuple(lens.unchecked), **parts)
+        lens = lenses.Lenses(shown)
+        measured = lenses.measure(model, call, target, loss_fn, optimizer, lens, _storages(model, inputs))
+    step = measured.step + (" (of the eager module torch.compile wraps, model._orig_mod: the lenses that watch ops "
+                            "cannot see compiled kernels)" if compiled else "")
+    return _diagnosis(type(model).__name__, call.describe(), step, findings.rank(model, inputs, measured), measured,
+                      lens)
 
 
-def _storages(model, inputs) -> set[int]:
+def _diagnosis(model: str, inputs: tuple[str, ...], step: str, ranked: tuple[Finding, ...], m: Measured,
+               lens: lenses.Lenses) -> Diagnosis:
+    return Diagnosis(model, inputs, step, ranked, m.agreements, error=m.error, error_where=m.error_where,
+                     graph=m.graph, forward=m.forward, saved_by_module=m.saved_by_module, tracker=m.tracker,
+                     categories=m.categories, nodes=m.nodes, traced_at=m.traced_at, work=m.work, regime=m.regime,
+                     compile=m.compile, export=m.export, checkpoint=m.checkpoint, growth=m.growth, modes=m.modes,
+                     seconds=lens.seconds, forward_calls=lens.forward_calls, unchecked=tuple(lens.unchecked))
+
+
+def _storages(model, inputs) -> frozenset[int]:
     """The storages of the model's tensors (parameters, buffers, plain attributes) and of the inputs: saving them
     for backward costs no new memory."""
-    held = [t for _, t, _ in findings.named_tensors(model)] + list(inputs)
-    return {memory.storage_key(part) for t in held if t.device.type != "meta" for part in memory.dense_parts(t)}
+    held = [t for _, t, _ in module_scope.named_tensors(model)] + list(inputs)
+    return frozenset(memory.storage_key(part) for t in held if t.device.type != "meta" for part in memory.dense_parts(t))
 
 
 def _checked(model, example_inputs, args, kwargs, target, loss_fn, optimizer, device):
@@ -160,10 +168,10 @@ def _checked(model, example_inputs, args, kwargs, target, loss_fn, optimizer, de
 
 def _tensors_to_keep(model, optimizer, loss_fn) -> list[torch.Tensor]:
     """Each tensor a step may change in place, once: the model's, the optimizer's parameters, the loss module's."""
-    found = [t for _, t, _ in findings.named_tensors(model)]
+    found = [t for _, t, _ in module_scope.named_tensors(model)]
     found += [p for group in (optimizer.param_groups if optimizer is not None else ()) for p in group["params"]]
     if isinstance(loss_fn, torch.nn.Module):
-        found += [t for _, t, _ in findings.named_tensors(loss_fn)]
+        found += [t for _, t, _ in module_scope.named_tensors(loss_fn)]
     return list({id(t): t for t in found if not t.is_meta}.values())
 
 
@@ -180,7 +188,7 @@ def _preserved(model: torch.nn.Module, optimizer, loss_fn, inputs):
     state = _optimizer_state(optimizer)
     cuda = sorted({t.device.index or 0 for t in (*tensors, *inputs) if t.is_cuda})
     try:
-        with torch.random.fork_rng(devices=cuda), step_leaks.kept(model, loss_fn):
+        with torch.random.fork_rng(devices=cuda), leaks.kept(model, loss_fn):
             yield
     finally:
         with torch.no_grad():

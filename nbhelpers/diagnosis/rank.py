@@ -19,7 +19,7 @@ tensor before the peak it makes) heads it; the others are its `consequences`; it
 them, and costs what the costliest of them costs.
 
 Example:
-    ranked = finding_rank.ranked(found)
+    ranked = rank.ranked(found)
     ranked[0].cost.share, [c.kind for c in ranked[0].consequences]      # 0.99, ['memory']
 """
 from __future__ import annotations
@@ -94,7 +94,7 @@ class Finding:
     evidence: str
     where: str = ""            # the learner's line, "resnet.py:268: x = self.conv1(x)"; a module path when no line
     #                            of the learner's code makes it (an attribute of a torch class), "" when none
-    fix: str = ""              # what to change, as Python code (finding_fixes)
+    fix: str = ""              # what to change, as Python code (fixes)
     cost: Cost | None = None   # measured on the step; None when no lens puts a number on it
     consequences: tuple[Finding, ...] = ()     # the other findings of the same cause (its line), by ORDER
     maybe_meant: bool = False  # often meant (a frozen BatchNorm in training): ranked after what is measured
@@ -107,11 +107,6 @@ class Finding:
     def notebook(self) -> str:
         """The file name of the notebook that teaches it ("05_compile_backends.ipynb")."""
         return NOTEBOOKS[self.lesson[:2]]
-
-
-def where_of(frame) -> str:
-    """A user_code.Frame as `file:line: text`, "" for None."""
-    return f"{frame.place}: {frame.text}" if frame is not None else ""
 
 
 def place(where: str) -> str:

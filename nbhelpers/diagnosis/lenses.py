@@ -1,84 +1,31 @@
 """One step of a model under each lens of the series, each number PyTorch can also measure measured again by
-PyTorch's own tool: the parts `diagnose.run` puts together. A lens that cannot run on a model is recorded with
-why (`Lenses.unchecked`), never raised, so the others still report.
+PyTorch's own tool. A lens that cannot run on a model is recorded with why (`Lenses.unchecked`), never raised, so
+the others still report. `measure` runs every lens on the `Step` and returns what they measured as one frozen
+record, `Measured`, for `findings.rank` and `Diagnosis`.
 
-The step is a `Step`: the model's forward on its call (`model_call.Call`: the same positional and keyword
-arguments for every lens), a loss (given, the model's own `output.loss`, from the target, or the sum of the
-output), backward and the optimizer's step, runnable again at another batch size (the regime and the recompile lens need
-that). `measure` runs every lens on it and returns their results by name, for `findings.rank` and `Diagnosis`.
+Example:
+    lens = Lenses()
+    m = measure(model, call, target, None, None, lens, held=frozenset())
+    m.agreements, lens.seconds, lens.unchecked
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import time
 import warnings
-from dataclasses import dataclass
 
 import torch
 
-from nbhelpers import (arguments, autograd_graph, compile_lens, findings, forward_graph, memory, memory_agreement,
-                       model_call, module_scope, module_work, profiling, step_leaks)
+from nbhelpers import (autograd_graph, compile_lens, compile_report, forward_graph, memory, memory_agreement,
+                       model_call, module_scope, module_work, profiling, user_code)
+from nbhelpers.diagnosis import leaks
+from nbhelpers.diagnosis.measured import Agreement, ExportResult, Measured, ModeEffect, WhatIf
+from nbhelpers.diagnosis.step import Step
 from nbhelpers.progress import Line
 
-__all__: list[str] = []   # Agreement, ExportResult, WhatIf (diagnose re-exports them), Step, Lenses, measure: diagnose's
-
-
-@dataclass(frozen=True)
-class Agreement:
-    """One number measured by a lens of the series and by PyTorch's own tool."""
-
-    name: str
-    ours: int
-    theirs: int
-    tool: str                  # PyTorch's tool that gave `theirs`
-    # what both sides read alike, when they do ("" when each measures on its own): such a row is a total both
-    # compute from the same list, not a check of one by the other
-    shared: str = ""
-
-    @property
-    def agrees(self) -> bool:
-        return self.ours == self.theirs
-
-    @property
-    def independent(self) -> bool:
-        return not self.shared
-
-
-@dataclass(frozen=True)
-class ExportResult:
-    strict: bool
-    error: str = ""            # the exception's type and first line; "" when the export worked
-    where: str = ""            # the learner's line it failed at, when the traceback passes through it
-
-    @property
-    def ok(self) -> bool:
-        return not self.error
-
-
-@dataclass(frozen=True)
-class WhatIf:
-    """Activation checkpointing of one block, estimated from this step: the bytes its backward nodes save,
-    what checkpoint() keeps instead (the block's inputs), and the forward FLOPs run again in backward."""
-
-    block: str
-    saved_bytes: int
-    kept_bytes: int
-    recompute_flops: int
-
-    @property
-    def freed_bytes(self) -> int:
-        return max(0, self.saved_bytes - self.kept_bytes)
-
-
-@dataclass(frozen=True)
-class ModeEffect:
-    """A module in the other train/eval mode than its model, run both ways on the same input and random numbers."""
-
-    path: str
-    kind: str                  # its class: Dropout, BatchNorm1d, InstanceNorm2d, ...
-    training: bool             # its own mode
-    change: float              # the largest absolute difference of the model's outputs between the two modes
+__all__: list[str] = []   # Lenses, measure: diagnose's
 
 
 class Lenses:
@@ -103,146 +50,38 @@ class Lenses:
         try:
             return fn()
         except Exception as error:  # noqa: BLE001 - one lens failing leaves the others' findings
-            self.unchecked.append(f"{name}: {findings.error_text(error)}")
+            self.unchecked.append(f"{name}: {user_code.error_text(error)}")
             return otherwise
         finally:
             self.seconds[name] = time.perf_counter() - start
             self.forward_calls[name] = self.forward_calls.get(name, 0) + self.calls - before
 
 
-def measure(model, call: model_call.Call, target, loss_fn, optimizer, lens: Lenses, held: set[int]) -> dict:
+def measure(model, call: model_call.Call, target, loss_fn, optimizer, lens: Lenses,
+            held: frozenset[int]) -> Measured:
+    """Every lens on one step of `model`; the lenses after the first two run only when the step ran."""
     step = Step(model, call, target, loss_fn, optimizer, lens)
-    parts = lens("step under memory.track", step.tracked) or step.unmeasured(lens.unchecked[-1])
-    parts["saved_by_module"] = findings.saved_by_module(parts["graph"], held) if parts["graph"] else {}
-    parts["forward"] = lens("forward graph", lambda: _forward_graph(model, call, lens))
-    agreements = parts["agreements"] = []
-    if parts["error"]:
-        return parts
-    parts["modes"] = lens("train/eval modes", lambda: _mode_effects(model, call, lens), ())
+    traced = lens("step under memory.track", lambda: step.tracked(held)) or \
+        step.unmeasured(lens.unchecked[-1], held)
+    traced = dataclasses.replace(
+        traced, saved_by_module=autograd_graph.saved_by_module(traced.graph, held) if traced.graph else {},
+        forward=lens("forward graph", lambda: _forward_graph(model, call, lens)))
+    if traced.error:
+        return traced
+    modes = lens("train/eval modes", lambda: _mode_effects(model, call, lens), ())
+    agreements = []
     if step.training:
         agreements += lens("memory vs MemTracker", lambda: _memory_agreements(step), [])
-        agreements += lens("saved bytes vs saved-tensor hooks", lambda: _saved_agreement(step, parts["graph"]), [])
+        agreements += lens("saved bytes vs saved-tensor hooks", lambda: _saved_agreement(step, traced.graph), [])
     roots = {"model": model, "optimizer": optimizer, "loss_fn": loss_fn}
-    parts["growth"] = lens("across steps", lambda: step_leaks.across_steps(step, roots))
-    parts["work"], flop_rows = lens("FLOPs vs FlopCounterMode", lambda: _work(step), ({}, []))
-    agreements += flop_rows
-    parts["regime"] = lens("regime", lambda: _regime(step))
-    parts["compile"], compile_rows = lens("compile lens vs explain", lambda: _compile(model, call, lens), (None, []))
-    agreements += compile_rows
-    parts["export"] = lens("export", lambda: _export(model, call, lens), ())
-    parts["checkpoint"] = _checkpoint_what_ifs(model, parts)
-    return parts
-
-
-class Step:
-    """One step of the model, runnable again at another batch size."""
-
-    def __init__(self, model, call: model_call.Call, target, loss_fn, optimizer, lens: Lenses):
-        self.model, self.call, self.target, self.loss_fn, self.optimizer = model, call, target, loss_fn, optimizer
-        self.lens = lens
-        given = target is not None or loss_fn is not None or call.kwargs.get("labels") is not None
-        self.training = given or (model.training and any(p.requires_grad for p in model.parameters()))
-        self.own_loss = False       # the loss was the output's own (output.loss), known once the model has run
-
-    @property
-    def describe(self) -> str:
-        if not self.training:
-            return ("inference (no target, loss or labels were given, and the model is in eval mode or no parameter "
-                    "needs a gradient)")
-        return f"training step: {self._loss_text()}, backward" + (
-            f", {type(self.optimizer).__name__}.step()" if self.optimizer is not None else "")
-
-    def _loss_text(self) -> str:
-        if self.loss_fn is not None:
-            return f"loss = {getattr(self.loss_fn, '__name__', type(self.loss_fn).__name__)}(output, target)"
-        if self.own_loss:
-            return "loss = output.loss (the model's own, from the labels in its inputs)"
-        if self.target is not None:
-            return "loss = " + ("cross_entropy" if not self.target.is_floating_point() else "mse_loss") + \
-                "(output, target)"
-        return "loss = output.sum() (no target given: the backward graph is the model's, whatever loss follows)"
-
-    def forward(self, call: model_call.Call | None = None):
-        self.lens.ran()
-        return (call or self.call)(self.model)
-
-    def loss(self, output) -> torch.Tensor:
-        """loss_fn(output, target) when given; else the model's own `output.loss` when there is no target; else,
-        of model_call.loss_tensors(output)[0] (the first floating output that needs a gradient, `loss` left out),
-        cross-entropy or MSE against the target, or its sum."""
-        if self.loss_fn is not None:
-            return self.loss_fn(output, self.target)
-        own = model_call.own_loss(output) if self.target is None else None
-        if own is not None:
-            self.own_loss = True
-            return own
-        found = model_call.loss_tensors(output)
-        if not found:
-            raise ValueError(f"diagnose.run: the model returned {arguments.given(output)}, with no floating tensor "
-                             "that needs a gradient, so no loss can be formed from it; pass loss_fn(output, target) "
-                             "that makes one, or put the model in eval mode to diagnose inference")
-        first = found[0]
-        if self.target is not None:
-            f = torch.nn.functional
-            return (f.mse_loss(first, self.target) if self.target.is_floating_point()
-                    else f.cross_entropy(first, self.target))
-        return first.float().sum()
-
-    def at(self, size: int) -> "Step":
-        """The same step at another batch size: its call and target (their first dimension) re-batched."""
-        target = None if self.target is None else model_call.Call((self.target,), {}).at(size).args[0]
-        return Step(self.model, self.call.at(size), target, self.loss_fn, self.optimizer, self.lens)
-
-    def __call__(self, retain_graph: bool = False) -> None:
-        if not self.training:
-            with torch.no_grad():
-                self.forward()
-            return
-        if self.optimizer is not None:
-            self.optimizer.zero_grad(set_to_none=True)
-        self.loss(self.forward()).backward(retain_graph=retain_graph)
-        if self.optimizer is not None:
-            self.optimizer.step()
-
-    def tracked(self) -> dict:
-        """The step under memory.track(lines=True), with the backward graph traced between forward and backward."""
-        graph, nodes, at, error, where = None, {}, -1, "", ""
-        with memory.track(lines=True) as tracker:
-            try:
-                output = self.forward() if self.training else self.no_grad()
-                if self.training:
-                    loss = self.loss(output)
-                    at = len(tracker.events)
-                    graph = autograd_graph.trace(loss, self.model)
-                    nodes = {id(fn): k for k, fn in enumerate(autograd_graph.functions(loss))}
-                    loss.backward()
-                    if self.optimizer is not None:
-                        self.optimizer.step()
-            except Exception as raised:  # noqa: BLE001 - the report keeps what was measured up to here
-                error, where = findings.error_text(raised), findings.user_place(raised)
-        return {"tracker": tracker, "graph": graph, "nodes": nodes, "traced_at": at, "error": error,
-                "error_where": where, "step": self.describe, "categories": self._categories()}
-
-    def no_grad(self):
-        with torch.no_grad():
-            return self.forward()
-
-    def unmeasured(self, why: str) -> dict:
-        """What `tracked` returns when the lens itself failed (not the model): nothing measured, and why."""
-        return {"tracker": None, "graph": None, "nodes": {}, "traced_at": -1, "error": f"not measured: {why}",
-                "error_where": "", "step": self.describe, "categories": {}}
-
-    def _categories(self) -> dict[int, str]:
-        owner = {}
-        for p in self.model.parameters():
-            for part in memory.dense_parts(p.grad) if p.grad is not None else ():
-                owner[memory.storage_key(part)] = "gradients"
-        if self.optimizer is not None:
-            for state in self.optimizer.state.values():
-                for v in state.values():
-                    if isinstance(v, torch.Tensor) and v.numel() > 1:
-                        owner[memory.storage_key(v)] = "optimizer state"
-        return owner
+    growth = lens("across steps", lambda: leaks.across_steps(step, roots))
+    work, flop_rows = lens("FLOPs vs FlopCounterMode", lambda: _work(step), ({}, []))
+    regime = lens("regime", lambda: _regime(step))
+    report, compile_rows = lens("compile lens vs explain", lambda: _compile(model, call, lens), (None, []))
+    export = lens("export", lambda: _export(model, call, lens), ())
+    return dataclasses.replace(traced, agreements=tuple(agreements + flop_rows + compile_rows), modes=modes,
+                               growth=growth, work=work, regime=regime, compile=report, export=export,
+                               checkpoint=_checkpoint_what_ifs(model, traced, work))
 
 
 _MODE_CHECKS = 4       # modules whose mode is tried both ways: two forwards each
@@ -369,7 +208,7 @@ def _regime(step: Step):
                             peaks=profiling.machine_peaks(device, min_run_time=0.1), calls=_TIMED_CALLS)
 
 
-def _compile(model, call: model_call.Call, lens: Lenses) -> tuple[object, list[Agreement]]:
+def _compile(model, call: model_call.Call, lens: Lenses) -> tuple[compile_report.CompileReport, list[Agreement]]:
     """The forward at four batch sizes, as a program would call it, for the recompiles; its first call is the
     example call, whose breaks and graphs are checked against explain's."""
     calls = [call.at(call.batch + k) for k in range(4)]
@@ -399,7 +238,7 @@ def _export(model, call: model_call.Call, lens: Lenses) -> tuple[ExportResult, .
                 torch.export.export(model, call.args, kwargs=call.kwargs, strict=strict)
             results.append(ExportResult(strict))
         except Exception as error:  # noqa: BLE001 - a failing export is the finding
-            results.append(ExportResult(strict, findings.error_text(error), findings.user_place(error)))
+            results.append(ExportResult(strict, user_code.error_text(error), user_code.error_place(error)))
         finally:
             torch.compiler.reset()
     return tuple(results)
@@ -414,13 +253,21 @@ def _quiet():
         yield
 
 
-def _checkpoint_what_ifs(model, parts: dict) -> tuple[WhatIf, ...]:
-    graph, fg, work = parts.get("graph"), parts.get("forward"), parts.get("work") or {}
-    if graph is None or fg is None:
+def _checkpoint_what_ifs(model, traced: Measured, work: dict) -> tuple[WhatIf, ...]:
+    if traced.graph is None or traced.forward is None:
         return ()
-    kept = findings.block_inputs(fg)
-    rows = [WhatIf(block, parts["saved_by_module"].get(block, 0), kept.get(block, 0),
+    kept = forward_graph.inputs_by_module(traced.forward)
+    rows = [WhatIf(block, traced.saved_by_module.get(block, 0), kept.get(block, 0),
                    work[block].forward_flops if block in work else 0)
-            for block in findings.blocks(model)]
+            for block in _blocks(model)]
     return tuple(sorted((r for r in rows if r.saved_bytes), key=lambda r: -r.freed_bytes))
 
+
+def _blocks(model: torch.nn.Module) -> list[str]:
+    """The blocks a checkpoint would wrap: the model's children, and the children of a child that is a
+    Sequential or ModuleList (ResNet's layer1.0, a transformer's layers.0)."""
+    paths, found = module_scope.module_paths(model), []
+    for child in model.children():
+        inner = list(child.children()) if isinstance(child, (torch.nn.Sequential, torch.nn.ModuleList)) else []
+        found += [paths[id(m)] for m in (inner or [child]) if id(m) in paths]
+    return found
