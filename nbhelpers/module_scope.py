@@ -220,6 +220,16 @@ def module_paths(root: torch.nn.Module) -> dict[int, str]:
     return names
 
 
+def canonical_paths(root: torch.nn.Module) -> dict[str, str]:
+    """Every path by which a module is reachable from `root` (a module held in two places has two), after the
+    root's class, -> the one `module_paths` names it by (the first, as `named_modules()` finds it). torch's
+    ModuleTracker (FlopCounterMode's) names a shared module by the last path its walk of the children meets
+    (torch/utils/module_tracker.py, `_get_mod_name`), so its names are read through this to compare."""
+    paths, top = module_paths(root), type(root).__name__
+    return {(f"{top}.{path}" if path else top): paths[id(m)]
+            for path, m in root.named_modules(remove_duplicate=False) if id(m) in paths}
+
+
 def modules_with_paths(root: torch.nn.Module | None) -> list[tuple[str, torch.nn.Module]]:
     """(path, module) for `root` and every module below it, named as `module_paths` names them ([] for None)."""
     if root is None:

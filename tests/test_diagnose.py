@@ -100,6 +100,27 @@ def test_saved_bytes_of_a_model_with_two_heads_are_every_outputs_graph_against_t
     assert row.name == f"bytes saved for backward by every output's graph (the loss's: {in_loss:,} B)"
 
 
+class SharedModule(nn.Module):
+    """CoaT's trait (timm): one module held in two places. named_modules() names it by the first path (`a`), torch's
+    ModuleTracker by the last its walk meets (`b.0`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Sequential(self.a, nn.ReLU())
+
+    def forward(self, x):
+        return self.b(x)
+
+
+def test_a_module_held_in_two_places_is_one_module_to_both_flop_counts():
+    torch.manual_seed(0)
+    d = diagnose.run(SharedModule(), torch.rand(4, 8))
+    flops = {a.name: a for a in d.agreements if a.name.startswith("forward FLOPs of")}
+    assert flops["forward FLOPs of SharedModule.a"].ours == flops["forward FLOPs of SharedModule.a"].theirs == 512
+    assert [a for a in d.agreements if not a.agrees] == [] and "forward FLOPs of SharedModule.b.0" not in flops
+
+
 @pytest.mark.parametrize("name", UNSEEN)
 def test_every_agreement_holds_on_a_model_nobody_here_wrote(unseen, name):
     d = unseen[name]

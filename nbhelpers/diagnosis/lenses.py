@@ -186,9 +186,17 @@ def _work(step: Step) -> tuple[dict, list[Agreement]]:
     rows = [Agreement("FLOPs of the whole step", _own(work.get(module_work.TOTAL)), theirs.get(module_work.TOTAL, 0),
                       "FlopCounterMode")]
     ours, theirs = module_work.by_module(step.no_grad), module_work.flop_counter(step.no_grad, added=False)
+    theirs = _renamed(theirs, module_scope.canonical_paths(step.model))   # a shared module: one name each side
     rows += [Agreement(f"forward FLOPs of {name}", _own(ours.get(name)), theirs.get(name, 0), "FlopCounterMode")
              for name in dict.fromkeys([*ours, *theirs]) if _own(ours.get(name)) or theirs.get(name, 0)]
     return work, rows
+
+
+def _renamed(flops: dict[str, int], canonical: dict[str, str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, count in flops.items():
+        out[canonical.get(name, name)] = out.get(canonical.get(name, name), 0) + count
+    return out
 
 
 def _own(work) -> int:
