@@ -396,6 +396,44 @@ def test_three_run_alls_and_saves_store_the_displayed_views_and_nothing_else(pag
     print(f"three Run All + save cycles of 02: {saved} (models, bytes)")
 
 
+LONG_CELL = """import time
+from nbhelpers import progress
+print("before")
+with progress.line("a long cell") as shown:
+    for k in range(1, 7):
+        shown.update(f"part {k}/6", force=True)
+        time.sleep(1)
+print("after")"""
+
+
+@pytest.mark.browser
+def test_a_long_cells_line_is_drawn_while_it_runs_and_neither_shown_nor_saved_after(page, lab):
+    """progress.line as a learner meets it in JupyterLab: one line redrawn in place while the cell runs, nothing
+    on the page when it ends, and nothing in the file a save writes (the contents manager's pre-save hook)."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(LONG_CELL)], metadata={"kernelspec": {
+        "name": "python3", "display_name": "Python 3", "language": "python"}})   # else the lab asks which kernel
+    path = _put_in_lab(lab, "93_progress.ipynb", nb)
+    open_notebook(page, lab, path.name)
+    mtime = path.stat().st_mtime_ns
+    # not awaited: the command's promise resolves when the run is done, and the line is to be seen during it
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    outputs = page.locator(".jp-OutputArea-output")
+    try:
+        outputs.filter(has_text="a long cell: part 3/6").first.wait_for(timeout=120_000)
+    except Exception as error:                   # say what the cell showed instead
+        raise AssertionError(f"no progress line; the outputs: {outputs.all_inner_texts()}") from error
+    assert outputs.filter(has_text="a long cell: part").count() == 1          # one line, redrawn in place
+    assert outputs.filter(has_text="part 2/6").count() == 0
+    page.wait_for_function(RUN_ALL_DONE, timeout=120_000, polling=200)
+    outputs.filter(has_text="after").first.wait_for(timeout=30_000)
+    assert outputs.filter(has_text="a long cell").count() == 0
+    assert "before" in outputs.first.inner_text()
+    page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+    _wait_for_write(page, path, mtime)
+    saved = nbformat.read(path, as_version=4).cells[0].outputs
+    assert [(o.output_type, o.get("text")) for o in saved] == [("stream", "before\n"), ("stream", "after\n")]
+
+
 @pytest.mark.browser
 def test_a_notebook_whose_widget_state_is_gone_shows_its_pictures(page, lab):
     nb = nbformat.read(GRAPH_NB, as_version=4)
