@@ -66,10 +66,9 @@ def against_memtracker(step: Callable[[], object], model: torch.nn.Module,
     step()
     optimizer.zero_grad(set_to_none=True)
     with eager_only.warn_if_compiled("against_memtracker (MemTracker and memory.track)", eager_only.FOR_MEMORY):
-        start = _state(model, optimizer)
-        mt = _memtracker_peak(step, model, optimizer)
+        with _same_start(model, optimizer):   # the same weights and random draws, so the same shapes (a detector's)
+            mt = _memtracker_peak(step, model, optimizer)
         optimizer.zero_grad(set_to_none=True)
-        _restore(start)           # the same weights and random draws, so the same shapes (a detector's boxes)
         before = _held_before(model, optimizer)
         ours, accumulated_at, leaf_inputs, groups = _tracked(step, model, before)
     held = modtracker_hooks.held_by_input_hooks(ours, groups)
@@ -91,26 +90,22 @@ def _tracked(step, model, before: dict) -> tuple:
     return ours, accumulated_at, leaf_inputs, groups
 
 
-def _state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple:
-    """What a step changes and the next step reads: the parameters, buffers and optimizer state (copied, to be
-    written back into the same storages), and the random number generators' states."""
+@contextmanager
+def _same_start(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    """The block runs, then what it changed that the next step reads is put back: the parameters, buffers and
+    optimizer state (written into their own storages, so what is held before stays the same) and the random
+    generators (`torch.random.fork_rng`, as diagnose does)."""
     tensors = [t for t in [*model.parameters(), *model.buffers(),
                            *(v for state in optimizer.state.values() for v in state.values())]
                if isinstance(t, torch.Tensor)]
-    with torch.no_grad():
-        copies = [t.detach().clone() for t in tensors]
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    return tensors, copies, torch.get_rng_state(), cuda
-
-
-def _restore(state: tuple) -> None:
-    tensors, copies, cpu, cuda = state
-    with torch.no_grad():
-        for t, c in zip(tensors, copies):
-            t.copy_(c)
-    torch.set_rng_state(cpu)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)
+    copies = [t.detach().clone() for t in tensors]
+    try:
+        with torch.random.fork_rng(devices=sorted({t.device.index or 0 for t in tensors if t.is_cuda})):
+            yield
+    finally:
+        with torch.no_grad():
+            for t, c in zip(tensors, copies):
+                t.copy_(c)
 
 
 def _earlier_by_phase(tracker: memory.Tracker, held: set[int], at: int) -> dict[str, int]:
