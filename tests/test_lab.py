@@ -340,6 +340,24 @@ def test_a_notebook_opened_and_saved_without_running_keeps_every_view(page, lab)
     _every_view_of_02_answers(page)
 
 
+@pytest.mark.browser
+def test_the_diagnosis_notebook_opened_and_saved_without_running_keeps_its_views(page, lab):
+    """13, whose views the diagnosis package draws: a save without running writes it back byte for byte, and
+    after a reload its timeline still selects the node that holds the bytes."""
+    committed = REPO / "notebooks" / "13_diagnose_your_model.ipynb"
+    path = _put_in_lab(lab, "95_diagnosis.ipynb", nbformat.read(committed, as_version=4))
+    original, mtime = committed.read_bytes(), path.stat().st_mtime_ns
+    open_notebook(page, lab, path.name)
+    _graph_views(page).first.locator(".gv-tl-chart").wait_for(timeout=60_000)
+    page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+    _wait_for_write(page, path, mtime)
+    assert path.read_bytes() == original
+    open_notebook(page, lab, path.name)       # reload
+    view = _graph_views(page).first
+    view.locator(".gv-tl-chart").wait_for(timeout=60_000)
+    assert browser.check_timeline(view, "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
+
+
 def _set_autosave(lab, seconds: float | None) -> None:
     """Autosave on every `seconds` (None: off), through the server's settings API; the page reads it on load."""
     raw = json.dumps({"autosave": seconds is not None, "autosaveInterval": seconds or 120})

@@ -93,8 +93,14 @@ def test_a_notebook_is_stored_as_jupyterlab_saves_it(path):
     a learner opens and saves stays byte for byte what git has (tests/test_lab.py saves one in JupyterLab)."""
     import nbformat
 
+    from jupyter_client.kernelspec import KernelSpecManager
+
     text = path.read_text()
     assert text == nbformat.writes(nbformat.reads(text, as_version=nbformat.NO_CONVERT)) + "\n"
+    # a save writes the running kernel's spec into the metadata: another display name is a change git sees
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    assert nbformat.reads(text, as_version=4).metadata.kernelspec == {
+        "name": "python3", "display_name": spec.display_name, "language": spec.language}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
