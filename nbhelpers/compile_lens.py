@@ -8,7 +8,9 @@ Three hooks of the installed torch, each for what only it sees:
   and `gm.compile_subgraph_reason`, why the graph ended. The backend hands each graph to AOTAutograd
   (`aot_autograd` with recording compilers, the `aot_eager` pipeline), which returns the forward and
   backward graphs of ATen ops; `torch._functorch.config.force_non_lazy_backward_lowering` is patched on
-  for the call, so the backward graph is made even when nothing calls `backward()`.
+  for the call, so the backward graph is made even when nothing calls `backward()`. The backend is wrapped in
+  explain's own accumulator, `ExplainWithBackend`, whose graph and break counts for the first call the report
+  keeps (`explained`) to check what the trace below says against.
 - **the structured trace** (`torch._logging.trace_structured`, what `TORCH_TRACE` and tlparse read): a
   handler on its logger, `torch.__trace`, for the call only. It sees what no backend does: every graph
   break (`dynamo_graph_break_reason`, from `symbolic_convert.log_graph_break`), including one that ends
@@ -44,10 +46,12 @@ import io
 import json
 import logging
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
+from torch._dynamo.backends.debugging import ExplainWithBackend
 
 from nbhelpers import arguments, compilation, user_code
 from nbhelpers.compile_report import Break, CompileReport, Entry, FxGraph, FxNode, Guard, Kernel
@@ -106,44 +110,49 @@ def _require_compilable(function: str, fn) -> None:
 
 
 def _capture(fn, calls, dynamic, kernels, split_calls=None) -> CompileReport:
-    graphs, reasons, now = [], [], {"call": 0}
+    graphs, now = [], {"call": 0}
     root = _root_names(fn)
 
     def recording_backend(gm, example_inputs):
         from torch._dynamo.backends.common import aot_autograd
-        from torch._dynamo.backends.debugging import boxed_nop
 
         graph = {"gm": gm, "inputs": list(example_inputs), "forward": None, "backward": None,
                  "entry": _entry_id(torch._guards.CompileContext.current_compile_id())}
         graphs.append(graph)
-        if gm.compile_subgraph_reason.graph_break:
-            reasons.append(gm.compile_subgraph_reason)
         if split_calls is not None and now["call"] >= split_calls:
             return gm.forward                     # Dynamo's graph, run as it is (the "eager" backend)
 
-        def keeping(part):                        # an AOTAutograd compiler that keeps the graph it gets
-            def compiler(aot_gm, aot_inputs):
-                graph[part] = _nodes(aot_gm, root, saved=part == "backward")
-                return boxed_nop(aot_gm, aot_inputs)
-            return compiler
-
-        return aot_autograd(fw_compiler=keeping("forward"), bw_compiler=keeping("backward"),
+        return aot_autograd(fw_compiler=_keeping(graph, "forward", root), bw_compiler=_keeping(graph, "backward", root),
                             keep_inference_input_mutations=True)(gm, example_inputs)   # as aot_eager does
 
+    explaining, explained = ExplainWithBackend(recording_backend), (0, 0)
     torch.compiler.reset()
     try:
         with _structured_trace() as records, contextlib.redirect_stderr(io.StringIO()), \
                 torch._functorch.config.patch(force_non_lazy_backward_lowering=True):
-            compiled = torch.compile(fn, backend=recording_backend, dynamic=dynamic)
+            compiled = torch.compile(fn, backend=explaining, dynamic=dynamic)
             for k, (args, kwargs) in enumerate(calls):
                 records.append(({"call": k}, None))
                 now["call"] = k
                 compiled(*args, **kwargs)
+                if k == 0:
+                    explained = (len(explaining.graphs), len(explaining.break_reasons))
         fx = tuple(FxGraph(_nodes(g["gm"], root), g["entry"], g["forward"] or (), g["backward"] or ()) for g in graphs)
         found = _kernels(graphs[0]["gm"], graphs[0]["inputs"], fx[0]) if kernels and graphs else ()
     finally:
         torch.compiler.reset()
-    return CompileReport(fx, _breaks(records, reasons, {g["entry"] for g in graphs}), found, _entries(records))
+    return CompileReport(fx, _breaks(records, explaining.break_reasons, {g["entry"] for g in graphs}), found,
+                         _entries(records), explained)
+
+
+def _keeping(graph: dict, part: str, root):
+    """An AOTAutograd compiler that keeps the graph it is given as `graph[part]` and runs it as it is."""
+    from torch._dynamo.backends.debugging import boxed_nop
+
+    def compiler(aot_gm, aot_inputs):
+        graph[part] = _nodes(aot_gm, root, saved=part == "backward")
+        return boxed_nop(aot_gm, aot_inputs)
+    return compiler
 
 
 @contextlib.contextmanager
@@ -191,7 +200,7 @@ def _guards(tree: str) -> tuple[Guard, ...]:
 
 
 def _entries(records) -> tuple[Entry, ...]:
-    entries, guards, failed, seconds, call = {}, {}, {}, {}, 0
+    entries, guards, failed, seconds, graphs, call = {}, {}, {}, {}, Counter(), 0
     for metadata, payload in records:
         if "call" in metadata:
             call = metadata["call"]
@@ -206,8 +215,10 @@ def _entries(records) -> tuple[Entry, ...]:
             failed[key] = tuple(r.split("  #")[0].strip() for r in reasons)
         elif event == "compilation_metrics":
             seconds[key] = metadata["compilation_metrics"].get("entire_frame_compile_time_s") or 0.0
-    return tuple(Entry(key, function, call, guards.get(key, ()), failed.get(key, ()), seconds.get(key, 0.0))
-                 for key, (function, call) in entries.items())
+        elif event == "dynamo_output_graph":
+            graphs[key] += 1
+    return tuple(Entry(key, function, call, guards.get(key, ()), failed.get(key, ()), seconds.get(key, 0.0),
+                       graphs[key]) for key, (function, call) in entries.items())
 
 
 def _user_line(stack_trace: str | None) -> str:

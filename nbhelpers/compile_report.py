@@ -52,6 +52,7 @@ class Entry:
     #                            compilation.watch_compiles().recompiles lists for a whole block)
     seconds: float = 0.0       # the time Dynamo took to compile it, with the backend it was given
     #                            (compilation_metrics' entire_frame_compile_time_s)
+    graphs: int = 0            # the graphs Dynamo logged for it (structured trace: dynamo_output_graph)
 
 
 @dataclass(frozen=True)
@@ -90,3 +91,7 @@ class CompileReport:
     breaks: tuple[Break, ...]  # one per distinct (code, user line), in the order first met
     kernels: tuple[Kernel, ...]
     entries: tuple[Entry, ...] = ()
+    # the first call's graphs and graph breaks as torch._dynamo.explain counts them: its ExplainWithBackend
+    # (torch/_dynamo/backends/debugging.py) wraps the backend of the same compile and sees each graph Dynamo hands
+    # it, where `entries` are read from Dynamo's log
+    explained: tuple[int, int] = (0, 0)

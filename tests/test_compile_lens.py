@@ -82,6 +82,9 @@ def test_breaks_match_explain_deduplicated_and_carry_registry_codes(fn, known):
         assert b.count >= sum((r.user_stack[-1].line or "").strip() == b.line for r in explained.break_reasons)
     assert all(b.code.startswith("GB") and b.explanation for b in report.breaks)    # in the installed registry
     assert [len(g.nodes) for g in report.graphs] == [len(g.graph.nodes) for g in explained.graphs]
+    # explain's accumulator inside the lens's compile counts what a run of explain of its own does
+    assert report.explained == (explained.graph_count, len(explained.break_reasons))
+    assert sum(e.graphs for e in report.entries) == explained.graph_count     # and so does Dynamo's log
 
 
 def _training_step():
