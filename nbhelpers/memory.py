@@ -287,8 +287,9 @@ def saved_bytes_by_module(model: Callable[..., torch.Tensor],
         entry[0] += 1
         entry[1] += nbytes
         entry[3] += nbytes if _packed_by_checkpoint() else 0
-        packed.add(id(t))
-        return t
+        kept = t.detach()       # not `t`: a graph that saves its own output would hold itself (a cycle the
+        packed.add(id(kept))    # collector cannot see through C++; torch/autograd/graph.py, saved_tensors_hooks)
+        return kept
 
     with modules, torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = model(*inputs)

@@ -216,7 +216,7 @@ def _memtracker_peak(step: Callable[[], object], model: torch.nn.Module, optimiz
     tracker = MemTracker()
     tracker.track_external(model, optimizer)
     try:
-        with tracker, modtracker_hooks.collect_as_backward_begins():
+        with tracker, modtracker_hooks.collect_as_backward_begins(), modtracker_hooks.multi_grad_hooks_removed():
             step()
     except NotImplementedError as error:          # mem_tracker.py reads every result's storage
         if "Sparse" not in str(error):

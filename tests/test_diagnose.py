@@ -4,11 +4,13 @@ is left as it was, the timeline adds up and its snapshot is one torch.cuda._memo
 what to fix."""
 import contextlib
 import copy
+import gc
 import io
 import json
 import pickle
 import subprocess
 import sys
+import weakref
 
 import pytest
 import torch
@@ -186,6 +188,26 @@ def test_the_model_the_optimizer_and_the_rng_are_left_as_they_were():
     assert _flat(optimizer.state_dict()) == before[2]
     assert torch.equal(torch.random.get_rng_state(), before[3])
     assert model.training and not model[2].training
+
+
+@pytest.mark.parametrize("make, example", [
+    (lambda: nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 2)), lambda: torch.randn(5, 6)),
+    (lambda: nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), lambda: torch.randn(4, 3, 8)),
+], ids=["mlp", "transformer_layer"])
+def test_once_the_diagnosis_is_dropped_nothing_of_the_model_stays_alive(make, example):
+    """Three ways a diagnosis kept every model it saw: strict export leaves Dynamo's compiled graph (holding the
+    parameters) as a global of torch._dynamo.functional_export; saved-tensor hooks that return the tensor itself
+    make a graph that saves its output hold itself; MemTracker's ModTracker leaves a hook on each module input's
+    node that holds the node (nbhelpers/modtracker_hooks.py)."""
+    torch.manual_seed(0)
+    model = make()
+    alive = [weakref.ref(model), *map(weakref.ref, model.parameters())]
+    d = diagnose.run(model, example())
+    assert not d.error and d.export and d.export[0].strict and d.export[0].ok     # strict export ran, and worked
+    assert any(a.tool == "MemTracker" for a in d.agreements)
+    del model, d
+    gc.collect()
+    assert [r for r in alive if r() is not None] == []
 
 
 class Counting(nn.Module):

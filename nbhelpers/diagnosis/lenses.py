@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import io
 import time
 import warnings
@@ -77,8 +78,9 @@ def measure(model, call: model_call.Call, target, loss_fn, optimizer, lens: Lens
     growth = lens("across steps", lambda: leaks.across_steps(step, roots))
     work, flop_rows = lens("FLOPs vs FlopCounterMode", lambda: _work(step), ({}, []))
     regime = lens("regime", lambda: _regime(step))
-    report, compile_rows = lens("compile lens vs explain", lambda: _compile(model, call, lens), (None, []))
-    export = lens("export", lambda: _export(model, call, lens), ())
+    with _collector_paused():
+        report, compile_rows = lens("compile lens vs explain", lambda: _compile(model, call, lens), (None, []))
+        export = lens("export", lambda: _export(model, call, lens), ())
     return dataclasses.replace(traced, agreements=tuple(agreements + flop_rows + compile_rows), modes=modes,
                                growth=growth, work=work, regime=regime, compile=report, export=export,
                                checkpoint=_checkpoint_what_ifs(model, traced, work))
@@ -218,22 +220,21 @@ def _regime(step: Step):
 
 def _compile(model, call: model_call.Call, lens: Lenses) -> tuple[compile_report.CompileReport, list[Agreement]]:
     """The forward at four batch sizes, as a program would call it, for the recompiles; its first call is the
-    example call, whose breaks and graphs are checked against explain's."""
+    example call, whose breaks and graphs, as Dynamo's log has them, are checked against explain's counts of the
+    same compile (its ExplainWithBackend wraps the lens's backend: one trace, not a second run of explain)."""
     calls = [call.at(call.batch + k) for k in range(4)]
-    lens.ran(1 + len(calls))
-    with _quiet():
-        explained = torch._dynamo.explain(model)(*call.args, **call.kwargs)
-    torch.compiler.reset()
+    lens.ran(len(calls))
     with _quiet():
         report = compile_lens.capture_calls(model, [c.args for c in calls], keywords=[c.kwargs for c in calls],
                                             split_calls=0)    # what recompiles needs Dynamo's graphs only
     first = {e.id for e in report.entries if e.call == 0}
-    # breaks that split a graph, one per compiled entry of the first call; explain's graph_break_count is
-    # graph_count - 1 (-1 when Dynamo skipped the whole frame): its reasons are the breaks
+    # breaks that split a graph, one per compiled entry of the first call; explain counts a break per graph
+    # that ended at one (compile_subgraph_reason.graph_break)
     ours_breaks = sum(entry in first for b in report.breaks for entry in b.ended_in)
-    rows = [Agreement("graph breaks (one call)", ours_breaks, len(explained.break_reasons), "torch._dynamo.explain"),
-            Agreement("graphs compiled (one call)", sum(g.entry in first for g in report.graphs),
-                      explained.graph_count, "torch._dynamo.explain")]
+    graphs, breaks = report.explained
+    rows = [Agreement("graph breaks (one call)", ours_breaks, breaks, "torch._dynamo.explain"),
+            Agreement("graphs compiled (one call)", sum(e.graphs for e in report.entries if e.call == 0), graphs,
+                      "torch._dynamo.explain")]
     return report, rows
 
 
@@ -242,7 +243,7 @@ def _export(model, call: model_call.Call, lens: Lenses) -> tuple[ExportResult, .
     for strict in (True, False):
         lens.ran()
         try:
-            with _quiet():
+            with _quiet(), _export_globals_dropped():
                 torch.export.export(model, call.args, kwargs=call.kwargs, strict=strict)
             results.append(ExportResult(strict))
         except Exception as error:  # noqa: BLE001 - a failing export is the finding
@@ -250,6 +251,41 @@ def _export(model, call: model_call.Call, lens: Lenses) -> tuple[ExportResult, .
         finally:
             torch.compiler.reset()
     return tuple(results)
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Dynamo and export make many short-lived objects, and each of the cyclic collector's passes over them costs
+    more the bigger the program's heap (transformers imported: 2-3 s of a 13 s diagnosis, tests/benchmarks/
+    diagnose_sample.py). What they leave in cycles is collected once at the end, as PyTorch's own state_dict
+    does for its walks (torch/distributed/checkpoint/state_dict.py, _gc_context); compile times in the findings
+    are measured with the collector paused."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+        gc.collect(0)
+
+
+@contextlib.contextmanager
+def _export_globals_dropped():
+    """Strict export has Dynamo compile functional_export's ModuleToTrace.forward, and Dynamo installs the compiled
+    graph, which holds the model's parameters, as a global of the module whose code it compiled
+    (torch/_dynamo/output_graph.py, install_global_unsafe). A global is removed by its CleanupHook when the code
+    object that owns it is collected (torch/_dynamo/utils.py, CleanupHook), which an export never lets happen: each
+    diagnosis would keep its model's parameters alive (tests/test_diagnose.py fails without this)."""
+    from torch._dynamo import functional_export
+
+    space = vars(functional_export)
+    before = set(space)
+    try:
+        yield
+    finally:
+        for name in set(space) - before:
+            del space[name]
 
 
 @contextlib.contextmanager
