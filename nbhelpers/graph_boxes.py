@@ -46,6 +46,8 @@ FILL = {"op": "#dbe8f7", "leaf": "#d9f2d9", "saves": "#fde7c8", "group": "#ece6f
         "line": "#f4f4f4", "break": "#f7c6c6", "kernel": "#fde7c8", "call": "#d9f2d9", "entry": "#dbe8f7",
         "guard": "#f7c6c6", "error": "#e05252", "fold": "#f3dcef"}
 MARK_STROKE = {"added": "#1a7f1a", "removed": "#c22", "changed": "#b06000"}
+HEAT = "#d9480f"                               # the bar of a box's share of the measured time
+TIME_BAR = "bar: share of the backward's time (longest: the slowest box)"
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class Box:
     members: tuple[int, ...]                   # the nodes it holds
     nbytes: int                                # what they save for backward
     mark: str
+    share: float = 0.0                         # their share of the measured time: the bar under the box
     x: float = 0.0
     y: float = 0.0
     w: float = 0.0
@@ -122,8 +125,8 @@ def view(data, expanded=frozenset(), info: dict[str, ModuleInfo] | None = None,
     box_of = {i: b for b, nodes in enumerate(members.values()) for i in nodes}
     carried = _carried(data, box_of)
     pairs = sorted(carried)
-    unplaced = [_fold_box(data, key, nodes, info, found, where) if key.startswith("f:") else _box(data, key, nodes, info)
-                for key, nodes in members.items()]
+    unplaced = [_with_share(data, _fold_box(data, key, nodes, info, found, where) if key.startswith("f:")
+                            else _box(data, key, nodes, info)) for key, nodes in members.items()]
     drawing = graph_layout.layout(len(unplaced), pairs, [b.w for b in unplaced])
     boxes = tuple(dataclasses.replace(b, x=x, y=y, w=w, h=h) for b, (x, y, w, h) in zip(unplaced, drawing.boxes))
     labels = [_edge_label(carried[pair]) for pair in pairs]
@@ -182,6 +185,12 @@ def _fold_box(data, key: str, nodes: list[int], info: dict[str, ModuleInfo], fou
     return Box(key, (cut, fitted(summary, w - 2 * PAD, SUB_COLUMN)),
                f"{head}: {summary}; folded, of {fold.label}: click to open {fold.names[a]}", "fold", tuple(nodes),
                sum(data.nodes[i].saved_bytes for i in nodes), mark, w=w)
+
+
+def _with_share(data, b: Box) -> Box:
+    """A timed graph's box with its nodes' share of the time, also in its tooltip (graph_view.js: withShare)."""
+    share = sum(data.nodes[i].share for i in b.members)
+    return dataclasses.replace(b, share=share, title=f"{b.title} · {share:.1%} of the backward") if share else b
 
 
 def _mark(data, nodes: list[int]) -> str:
@@ -281,13 +290,14 @@ def render_svg(shown: View, selected: int | None = None) -> str:
         if e.label_at:
             x, y = e.label_at
             parts.append(f'<text x="{x:.1f}" y="{y:.1f}" font-size="{EDGE_FONT}" fill="#333">{html.escape(e.label)}</text>')
-    parts += [_svg_box(b, selected is not None and selected in b.members) for b in shown.boxes]
+    longest = max((b.share for b in shown.boxes), default=0.0)
+    parts += [_svg_box(b, selected is not None and selected in b.members, longest) for b in shown.boxes]
     parts.append(legend)
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _svg_box(b: Box, chosen: bool) -> str:
+def _svg_box(b: Box, chosen: bool, longest: float = 0.0) -> str:
     stroke = ('stroke="#c00" stroke-width="3"' if chosen else
               f'stroke="{MARK_STROKE[b.mark]}" stroke-width="3"' if b.mark else 'stroke="#555"')
     texts = [(b.lines[0], b.y + b.h / 2 + 4, FONT)] if len(b.lines) == 1 else \
@@ -295,14 +305,24 @@ def _svg_box(b: Box, chosen: bool) -> str:
     drawn = "".join(f'<text x="{b.x + b.w / 2:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="middle" '
                     f'fill="#111">{html.escape(line)}</text>' for line, y, size in texts)
     return (f'<g><title>{html.escape(b.title)}</title><rect x="{b.x:.1f}" y="{b.y:.1f}" width="{b.w:.1f}" '
-            f'height="{b.h:.1f}" rx="5" fill="{FILL[b.kind]}" {stroke}/>{drawn}</g>')
+            f'height="{b.h:.1f}" rx="5" fill="{FILL[b.kind]}" {stroke}/>{drawn}{_time_bar(b, longest)}</g>')
+
+
+def _time_bar(b: Box, longest: float) -> str:
+    """A bar along the box's bottom edge, 3 px from its sides and 3 px high, as long (of the box's width) as its
+    share is of the longest's (graph_view_dom.js: timeBar)."""
+    if not b.share or not longest:
+        return ""
+    return (f'<rect x="{b.x + 3:.1f}" y="{b.y + b.h - 4:.1f}" width="{(b.w - 6) * b.share / longest:.1f}" '
+            f'height="3" fill="{HEAT}"/>')
 
 
 def legend_items(shown: View) -> list[tuple[str, str, str]]:
     """(text, fill, outline) for every fill and outline the view uses, in the order first seen."""
     kinds = dict.fromkeys(b.kind for b in shown.boxes)
     marks = dict.fromkeys(b.mark for b in shown.boxes if b.mark)
-    return [(KINDS[k], FILL[k], "#555") for k in kinds] + [(MARKS[m], "#fff", MARK_STROKE[m]) for m in marks]
+    timed = [(TIME_BAR, HEAT, HEAT)] if any(b.share for b in shown.boxes) else []
+    return [(KINDS[k], FILL[k], "#555") for k in kinds] + [(MARKS[m], "#fff", MARK_STROKE[m]) for m in marks] + timed
 
 
 def _svg_legend(items, top: float, width: float) -> tuple[str, float]:

@@ -28,16 +28,17 @@ function boxWidth(head, sub) {         // graph_boxes._width: between MIN_W and 
 
 // The state (graph_view._state): `modules` is [path, index of the module it ran in or -1, class, summary]
 // per module chain; a node is [label, kind, index of its innermost module or -1, saved, targets, op, mark,
-// links, notes, tip, the label of each target's edge, measured rows], each saved tensor [attr without "_saved_", shape, dtype,
+// links, notes, tip, the label of each target's edge, measured rows, share of the measured time], each saved
+// tensor [attr without "_saved_", shape, dtype,
 // bytes, storage id, version]. A twin view's forward state has `lit`: [backward node, forward nodes] pairs.
 export function unpackState(state) {
   const modules = state.modules, info = new Map();
   for (const [path, , kind, summary] of modules) if (!info.has(path)) info.set(path, { kind, summary });
-  const nodes = state.nodes.map(([label, kind, module, saved, targets, op, mark, links, notes, tip, labels, measured]) => {
+  const nodes = state.nodes.map(([label, kind, module, saved, targets, op, mark, links, notes, tip, labels, measured, share]) => {
     const group = [];
     for (let k = module; k >= 0; k = modules[k][1]) group.unshift(modules[k][0]);
     return { label, kind, group, path: group.length ? group[group.length - 1] : "", saved, targets, op, mark,
-      links: links || [], notes: notes || [], tip: tip || "", labels: labels || [], measured: measured || [],
+      links: links || [], notes: notes || [], tip: tip || "", labels: labels || [], measured: measured || [], share: share || 0,
       storages: saved.map((s) => s[4]).filter((s) => s >= 0), savedBytes: saved.reduce((t, s) => t + s[3], 0) };
   });
   const folds = foldsOf(nodes, info);
@@ -194,7 +195,7 @@ export function viewOf(graph, expanded) {
     if (!members.has(key)) members.set(key, []);
     members.get(key).push(i);
   });
-  const boxes = [...members].map(([key, nodes]) => makeBox(graph, key, nodes)), boxOf = new Map();
+  const boxes = [...members].map(([key, nodes]) => withShare(graph, makeBox(graph, key, nodes))), boxOf = new Map();
   boxes.forEach((b, k) => b.members.forEach((m) => boxOf.set(m, k)));
   const carried = carriedLabels(graph, boxOf, boxes.length), pairs = [...carried.keys()].map((id) => [
     Math.floor(id / boxes.length), id % boxes.length]);
@@ -205,7 +206,13 @@ export function viewOf(graph, expanded) {
     label: edgeLabel(carried.get(from * boxes.length + to)) }));
   const { places, width } = placeLabels(drawing.boxes, edges, drawing.width);
   edges.forEach((e, k) => { e.labelAt = places[k]; });
-  return { boxes, boxOf, edges, width, height: drawing.height };
+  const longest = boxes.reduce((m, b) => Math.max(m, b.share), 0);
+  return { boxes, boxOf, edges, width, height: drawing.height, longest };
+}
+
+function withShare(graph, b) {     // graph_boxes._with_share
+  const share = b.members.reduce((t, i) => t + graph.nodes[i].share, 0);
+  return share ? { ...b, share, title: `${b.title} · ${(share * 100).toFixed(1)}% of the backward` } : { ...b, share };
 }
 
 // edge_labels.place, line for line: each label beside its own edge, clear of boxes and of the labels placed

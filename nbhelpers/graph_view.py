@@ -68,6 +68,8 @@ class ViewNode:
     tip: str = ""                              # what hovering shows; "" shows the label
     measured: tuple[tuple[str, str], ...] = ()  # panel rows of what was measured (a node's time): not its
                                                # structure, so graph_folds never compares them
+    share: float = 0.0                         # its share of the measured time (node_times): the bar under its
+                                               # box; 0 when nothing was timed
 
     @property
     def saved_bytes(self) -> int:
@@ -108,8 +110,9 @@ def from_autograd(graph: Graph, times=None) -> GraphData:
         group = n.modules
         kind = "leaf" if n.is_leaf else "saves" if n.saved else "op"
         fills = (("fills", f"{n.label}.grad {list(n.shape)}"),) if n.is_leaf else ()
-        nodes.append(ViewNode(n.label, kind, group, saved, n.name if n.is_leaf else "",
-                              notes=fills, measured=_time_rows(timed.get(len(nodes)), times)))
+        timing = timed.get(len(nodes))
+        nodes.append(ViewNode(n.label, kind, group, saved, n.name if n.is_leaf else "", notes=fills,
+                              measured=_time_rows(timing, times), share=times.share(timing) if timing else 0.0))
     return GraphData(tuple(nodes), tuple((e.src, e.dst) for e in graph.edges), graph.order,
                      title=_time_title(times) if times is not None else "", module_types=graph.module_types)
 
@@ -183,8 +186,8 @@ def _state(data: GraphData, expanded: frozenset[str], info: dict | None = None) 
     out what is opened). `modules` lists each chain of modules that ran once, as [path, index of the entry
     it ran in or -1, class name, "N nodes · B saved"] (a module shared by two parents is listed under
     each); a node is [label, kind, index of its innermost module's entry or -1, saved, targets, op, mark,
-    links, notes, tip, the label of each target's edge, measured] (a saved tensor's attr without its "_saved_"
-    prefix);
+    links, notes, tip, the label of each target's edge, measured, share] (a saved tensor's attr without its
+    "_saved_" prefix);
     its targets are its edges."""
     chains, entries = _module_entries(data, graph_boxes.module_info(data) if info is None else info)
     labels = _target_labels(data)
@@ -193,7 +196,7 @@ def _state(data: GraphData, expanded: frozenset[str], info: dict | None = None) 
                        [[s.attr.removeprefix("_saved_"), list(s.shape), s.dtype, s.nbytes, s.storage, s.version]
                         for s in n.saved],
                        targets, n.op, n.mark, list(n.links), [list(r) for r in n.notes], n.tip, edge_labels,
-                       [list(r) for r in n.measured]]
+                       [list(r) for r in n.measured], n.share]
                       for n, targets, edge_labels in zip(data.nodes, _targets(data), labels)],
             "order": list(data.order), "title": data.title, "targets_label": data.targets_label,
             "expanded": sorted(expanded)}

@@ -8,6 +8,7 @@ const KINDS = { op: "op", saves: "op that saves tensors for backward", leaf: "le
   guard: "a guard that failed: why it recompiled", error: "the op that raised: the forward stopped here",
   fold: "repeated blocks, folded: click to open one" };
 const FILLS = { line: "linebox", call: "input", entry: "op", guard: "break" };   // kinds that share a colour
+const TIME_BAR = "bar: share of the backward's time (longest: the slowest box)";    // graph_boxes.TIME_BAR
 const MARKS = { added: "only in the right graph", removed: "only in the left graph", changed: "saved bytes differ" };
 const STATES = { selected: "selected", linked: "linked to the selection", match: "matches the search",
   share: "shares saved memory with the hovered box", run: "runs now (the stepper)",
@@ -18,13 +19,13 @@ const CSS = `
   --gv-group: #ece6f5; --gv-input: #d9f2d9; --gv-linebox: #f1f1f1; --gv-break: #f7c6c6; --gv-kernel: #fde7c8;
   --gv-stroke: #555; --gv-added: #1a7f1a; --gv-removed: #c22; --gv-changed: #b06000; --gv-match: #0560c0;
   --gv-sel: #c00; --gv-share: #ffe27a; --gv-run: #ffb347; --gv-linked: #9fe39f; --gv-box-fg: #111;
-  --gv-error: #e05252; --gv-saved: #8fd0ff; --gv-fold: #f3dcef;
+  --gv-error: #e05252; --gv-saved: #8fd0ff; --gv-fold: #f3dcef; --gv-heat: #d9480f;
   font: 13px sans-serif; color: var(--gv-fg); background: var(--gv-bg); }
 .gv.gv-dark { --gv-bg: #1e1e1e; --gv-fg: #eee; --gv-line: #999; --gv-border: #555; --gv-op: #233a57; --gv-leaf: #1f4a2a; --gv-saves: #5a3d12;
   --gv-group: #3b3055; --gv-input: #1f4a2a; --gv-linebox: #333; --gv-break: #6a2424; --gv-kernel: #5a3d12;
   --gv-stroke: #aaa; --gv-added: #5fd35f; --gv-removed: #ff7b7b; --gv-changed: #ffb454; --gv-match: #6cb6ff;
   --gv-sel: #ff5c5c; --gv-share: #7a6a10; --gv-run: #8a5200; --gv-linked: #2f6f2f; --gv-box-fg: #f2f2f2;
-  --gv-error: #8c2a2a; --gv-saved: #1d5a80; --gv-fold: #5a2f52; }
+  --gv-error: #8c2a2a; --gv-saved: #1d5a80; --gv-fold: #5a2f52; --gv-heat: #ff8c42; }
 .gv button, .gv input { font: inherit; color: inherit; background: var(--gv-bg); border: 1px solid var(--gv-border);
   border-radius: 3px; padding: 1px 6px; }
 .gv button:disabled { opacity: 0.6; }
@@ -53,6 +54,7 @@ ${Object.keys(KINDS).map((k) => `.gv-k-${k} rect, .gv-sw.gv-k-${k} { fill: var(-
 .gv-box.gv-linked rect, .gv-sw.gv-linked { fill: var(--gv-linked); background: var(--gv-linked); stroke-width: 3; }
 .gv-box.gv-saved rect, .gv-sw.gv-saved { fill: var(--gv-saved); background: var(--gv-saved); stroke-width: 3; }
 .gv-edge { fill: none; stroke: var(--gv-line); }
+.gv .gv-box rect.gv-time, .gv-sw.gv-time { fill: var(--gv-heat); background: var(--gv-heat); stroke: none; }
 .gv-stage text.gv-elabel { fill: var(--gv-fg); paint-order: stroke; stroke: var(--gv-bg); stroke-width: 3px; }
 .gv-edge.gv-hot { stroke: var(--gv-sel); stroke-width: 2.5; }
 .gv-legend { display: flex; flex-wrap: wrap; gap: 4px 14px; margin: 4px 0; font-size: 12px; }
@@ -147,6 +149,8 @@ function paintRegion(stage, v, region, scale) {
     ctx.strokeStyle = css.getPropertyValue("--gv-stroke").trim();
     ctx.stroke();
   }
+  ctx.fillStyle = css.getPropertyValue("--gv-heat").trim();
+  for (const b of v.boxes) if (b.share && meets(b.x, b.y, b.x + b.w, b.y + b.h)) ctx.fillRect(...timeBar(b, v.longest));
   return { picture, scale, x: region.x, y: region.y };
 }
 
@@ -154,7 +158,13 @@ function readable(stage, f) {
   return ((stage.getBoundingClientRect().width || 760) / f.w) * SUB_FONT >= 4;
 }
 
-function drawBox(b, i, picture, texts) {
+// graph_boxes._time_bar: along the bottom edge, 3 px from the sides and 3 px high, as long as the box's share of
+// the measured time is of the longest's
+function timeBar(b, longest) {
+  return [b.x + 3, b.y + b.h - 4, (b.w - 6) * b.share / longest, 3];
+}
+
+function drawBox(b, i, picture, texts, longest) {
   const marks = b.mark ? [`gv-${b.mark}`] : [];
   const g = svg("g", { class: ["gv-box", `gv-k-${b.kind}`, ...marks].join(" "), "data-box": i, "data-key": b.key }, picture);
   svg("rect", { x: b.x, y: b.y, width: b.w, height: b.h, rx: 5 }, g);
@@ -162,6 +172,10 @@ function drawBox(b, i, picture, texts) {
     : [[b.lines[0], b.y + 14, FONT], [b.lines[1], b.y + b.h - 6, SUB_FONT]];
   for (const [text, y, size] of texts ? rows : []) {       // under 4 px on screen, text is left out
     svg("text", { x: b.x + b.w / 2, y, "font-size": size, "text-anchor": "middle" }, g).textContent = text;
+  }
+  if (b.share && longest) {
+    const [x, y, width, height] = timeBar(b, longest);
+    svg("rect", { x, y, width, height, class: "gv-time" }, g);
   }
   svg("title", {}, g).textContent = b.title;
   return g;
@@ -274,7 +288,7 @@ class Pane {
       }
     });
     for (const i of boxes) {
-      const g = drawBox(v.boxes[i], i, picture, this.texts);
+      const g = drawBox(v.boxes[i], i, picture, this.texts, v.longest);
       g.addEventListener("click", () => this.hooks.click(this, i));
       g.addEventListener("mouseenter", () => this.hooks.hover(this, i));
       g.addEventListener("mouseleave", () => this.hooks.hover(this, -1));
@@ -391,6 +405,7 @@ function legend(parent, panes) {
   if (panes[0].graph.order.length) states.push("run");
   const items = [...[...kinds].map((k) => [`gv-k-${k}`, KINDS[k]]), ...[...marks].map((m) => [`gv-${m}`, MARKS[m]]),
     ...states.map((s) => [`gv-${s}`, STATES[s]])];
+  if (panes.some((p) => p.view.longest)) items.push(["gv-time", TIME_BAR]);
   for (const [cls, text] of items) {
     const item = tag("span", undefined, parent);
     tag("i", undefined, item, `gv-sw ${cls}`);

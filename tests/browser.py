@@ -102,6 +102,11 @@ def view_with(page, label: str):
     return page.locator(".gv").filter(has=page.locator("g.gv-box > title", has_text=label))
 
 
+def view_with_title(page, text: str):
+    """The drawn graph view on `page` whose title holds `text`."""
+    return page.locator(".gv").filter(has=page.locator(".gv-title", has_text=text))
+
+
 # A box's drawn text may be cut to fit; its <title> (the tooltip) is the whole label.
 _BOX_INDEX = """(view, label) => [...view.querySelectorAll("g.gv-box")]
     .find((g) => g.querySelector("title").textContent === label).dataset.box"""
@@ -397,3 +402,31 @@ def check_timeline(view, line: str) -> str:
     assert view.locator(".gv-tl .gv-legend").inner_text() != before and "gradients" not in \
         view.locator(".gv-tl .gv-legend").inner_text()
     return label
+
+
+# Each time bar of a view: its width, and its box's width, key and tooltip.
+_TIME_BARS = """(view) => [...view.querySelectorAll("g.gv-box")].filter((g) => g.querySelector("rect.gv-time")).map((g) => ({
+    bar: g.querySelector("rect.gv-time").getBBox().width, box: g.querySelector("rect").getBBox().width,
+    key: g.dataset.key, title: g.querySelector("title").textContent }))"""
+
+
+def check_time_bars(view) -> str:
+    """A view of a timed backward (graph_view.from_autograd(graph, times=...)): every box with time has a bar, the
+    legend says what a bar is, the longest bar spans its box (less 3 px a side) and its tooltip gives the share;
+    opening the slowest box and clicking its slowest node shows that node's time in the panel. Returns the node's
+    label."""
+    bars = view.evaluate(_TIME_BARS)
+    assert bars and "bar: share of the backward's time" in view.locator(".gv-legend").first.inner_text()
+    assert all(b["title"].endswith("% of the backward") for b in bars), bars
+    for _ in range(4):                                   # open modules until the slowest box is a node
+        slowest = max(bars, key=lambda b: b["bar"])
+        assert abs(slowest["bar"] - (slowest["box"] - 6)) < 0.5, slowest
+        view.locator(f'g.gv-box[data-key="{slowest["key"]}"]').click()
+        if slowest["key"].startswith("n:"):
+            break
+        view.locator(".gv-box").first.wait_for()
+        bars = view.evaluate(_TIME_BARS)
+    details = view.locator(".gv-details").inner_text()
+    assert slowest["key"].startswith("n:") and "time" in details and "of the backward" in details, details
+    assert "profiler events" in details
+    return slowest["title"].split(" · ")[0]

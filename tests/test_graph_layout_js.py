@@ -30,7 +30,7 @@ for (const [name, g] of Object.entries(job.layouts)) {
 }
 for (const { state, expanded } of job.views) {
   const graph = gv.unpackState(state), v = gv.viewOf(graph, new Set(expanded));
-  out.views.push({ boxes: v.boxes.map((b) => [b.key, b.lines, b.title, b.kind, b.members, b.x, b.y, b.w, b.h]),
+  out.views.push({ boxes: v.boxes.map((b) => [b.key, b.lines, b.title, b.kind, b.members, b.x, b.y, b.w, b.h, b.share]),
     edges: v.edges.map((e) => [e.from, e.to, e.points, e.label, e.labelAt]), width: v.width, height: v.height,
     folds: graph.folds.map((f) => [f.parent, f.kind, f.copies, f.names, f.nodes, gv.foldLabel(f)]),
     rows: graph.nodes.map((n) => n.rows) });
@@ -58,7 +58,8 @@ def run_js(tmp_path: Path, job: dict) -> dict:
 
 
 def _python_view(shown: graph_boxes.View) -> dict:
-    return {"boxes": [[b.key, list(b.lines), b.title, b.kind, list(b.members), b.x, b.y, b.w, b.h] for b in shown.boxes],
+    return {"boxes": [[b.key, list(b.lines), b.title, b.kind, list(b.members), b.x, b.y, b.w, b.h, b.share]
+                      for b in shown.boxes],
             "edges": [[e.src, e.dst, [list(p) for p in e.points], e.label, list(e.label_at) if e.label_at else None]
                       for e in shown.edges],
             "width": shown.width, "height": shown.height}
@@ -137,6 +138,8 @@ def test_the_browser_draws_the_boxes_python_draws_for_every_expansion(tmp_path):
         assert mine == theirs                       # keys, cut labels, tooltips, places, routes, folds, panel rows
     kinds = {b[0].split(":")[0] for view in expected for b in view["boxes"]}
     assert kinds == {"n", "g", "f"}                 # every kind of box was compared, folds and a copy opened
+    timed = {b[0].split(":")[0] for view in expected for b in view["boxes"] if b[9]}
+    assert timed == {"n", "g"}                      # a node's share of the time and a module's, summed alike
 
 
 def test_a_cut_label_ends_in_an_ellipsis_inside_its_box_and_the_tooltip_keeps_it_whole():

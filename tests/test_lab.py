@@ -269,6 +269,14 @@ def test_a_diagnosis_timeline_selects_the_node_holding_the_bytes_in_jupyterlab(p
     assert browser.check_timeline(view, "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
 
 
+@pytest.mark.browser
+def test_a_timed_backward_bars_each_box_by_its_time_and_opens_to_the_slowest_node_in_jupyterlab(page, lab):
+    open_notebook(page, lab, "09_profiling.ipynb")
+    view = browser.view_with_title(page, "outside every node")          # the stored state: no kernel runs
+    view.locator(".gv-box").first.wait_for(timeout=60_000)
+    assert browser.check_time_bars(view).endswith("Backward0")
+
+
 def test_make_lab_saves_widget_state_by_default(lab):
     with _DIRECT.open(_settings_url(lab, "@jupyter-widgets/jupyterlab-manager:plugin"), timeout=30) as response:
         setting = json.load(response)

@@ -1,4 +1,6 @@
 """nbhelpers.node_times: a backward's profile given to the nodes that ran it, every node once, by name."""
+import re
+
 import pytest
 import torch
 from torch import nn
@@ -57,3 +59,21 @@ def test_the_view_data_carries_each_nodes_time_and_events_and_names_what_no_node
     assert "time" not in dict(graph_view.details(graph_view.from_autograd(graph), slowest.node))
     with pytest.raises(TypeError, match="times"):
         graph_view.from_autograd(graph, times={"fc1": 3.0})
+
+
+def test_each_box_is_barred_by_its_share_of_the_backward_and_the_longest_bar_is_the_slowest_box():
+    torch.manual_seed(0)
+    graph, times = _timed(models.mlp(), torch.rand(16, 784))
+    data = graph_view.from_autograd(graph, times=times)
+    owned = sum(t.us for t in times.nodes) / times.total_us
+    for expanded in (frozenset(), frozenset(p for n in data.nodes for p in n.group)):    # closed, every module open
+        shown = graph_view.view(data, expanded)
+        assert sum(b.share for b in shown.boxes) == pytest.approx(owned)       # every node's time, in one box each
+        assert all(b.title.endswith(f" · {b.share:.1%} of the backward") for b in shown.boxes if b.share)
+        svg = graph_view.render_svg(shown)
+        bars = re.findall(r'<rect x="[^"]+" y="[^"]+" width="([^"]+)" height="3" fill="#d9480f"/>', svg)
+        slowest = max(shown.boxes, key=lambda b: b.share)
+        assert len(bars) == sum(1 for b in shown.boxes if b.share) and max(map(float, bars)) == round(slowest.w - 6, 1)
+        assert "bar: share of the backward" in svg                                # the legend says what a bar is
+    plain = graph_view.render_svg(graph_view.view(graph_view.from_autograd(graph)))
+    assert "#d9480f" not in plain and "bar: share of the backward" not in plain    # untimed: no bar, no legend

@@ -197,6 +197,37 @@ def test_a_diagnosis_timeline_selects_the_node_holding_the_bytes_offline(page, s
     assert browser.check_timeline(view, "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
 
 
+@pytest.mark.browser
+def test_a_timed_backward_bars_each_box_by_its_time_and_opens_to_the_slowest_node_offline(page, served):
+    page.goto(f"{served}/09_profiling.html")
+    view = browser.view_with_title(page, "outside every node")
+    view.locator(".gv-box").first.wait_for(timeout=60_000)
+    assert browser.check_time_bars(view).endswith("Backward0")
+    for dark in (False, True):               # a bar is no text: 3:1 against each fill of a backward's box
+        ratios = page.evaluate(BAR_CONTRAST, dark)
+        assert min(ratios.values()) >= 3, ratios
+
+
+BAR_CONTRAST = """(dark) => {
+    const gv = document.querySelector(".gv"), lum = (name) => {
+      const probe = document.createElement("div");
+      probe.style.color = getComputedStyle(gv).getPropertyValue(name).trim();
+      gv.appendChild(probe);
+      const c = getComputedStyle(probe).color.match(/[0-9.]+/g).slice(0, 3).map(Number);
+      probe.remove();
+      return c.map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
+        .reduce((t, v, i) => t + v * [0.2126, 0.7152, 0.0722][i], 0);
+    };
+    gv.classList.toggle("gv-dark", dark);
+    const bar = lum("--gv-heat"), out = {};
+    for (const fill of ["op", "leaf", "saves", "group", "fold"]) {
+      const l = lum(`--gv-${fill}`);
+      out[fill] = (Math.max(l, bar) + 0.05) / (Math.min(l, bar) + 0.05);
+    }
+    return out;
+}"""
+
+
 PAGES_WITH_VIEWS = ["02_autograd_graph", "05_compile_backends", "10_save_and_export", "11_custom_ops",
                     "12_error_casebook", "13_diagnose_your_model"]
 
