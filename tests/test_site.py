@@ -204,28 +204,11 @@ def test_a_timed_backward_bars_each_box_by_its_time_and_opens_to_the_slowest_nod
     view.locator(".gv-box").first.wait_for(timeout=60_000)
     assert browser.check_time_bars(view).endswith("Backward0")
     for dark in (False, True):               # a bar is no text: 3:1 against each fill of a backward's box
-        ratios = page.evaluate(BAR_CONTRAST, dark)
+        ratios = page.evaluate(CONTRAST, [dark, "--gv-heat", ["op", "leaf", "saves", "group", "fold"]])
         assert min(ratios.values()) >= 3, ratios
 
 
-BAR_CONTRAST = """(dark) => {
-    const gv = document.querySelector(".gv"), lum = (name) => {
-      const probe = document.createElement("div");
-      probe.style.color = getComputedStyle(gv).getPropertyValue(name).trim();
-      gv.appendChild(probe);
-      const c = getComputedStyle(probe).color.match(/[0-9.]+/g).slice(0, 3).map(Number);
-      probe.remove();
-      return c.map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
-        .reduce((t, v, i) => t + v * [0.2126, 0.7152, 0.0722][i], 0);
-    };
-    gv.classList.toggle("gv-dark", dark);
-    const bar = lum("--gv-heat"), out = {};
-    for (const fill of ["op", "leaf", "saves", "group", "fold"]) {
-      const l = lum(`--gv-${fill}`);
-      out[fill] = (Math.max(l, bar) + 0.05) / (Math.min(l, bar) + 0.05);
-    }
-    return out;
-}"""
+
 
 
 PAGES_WITH_VIEWS = ["02_autograd_graph", "05_compile_backends", "10_save_and_export", "11_custom_ops",
@@ -390,12 +373,15 @@ def test_text_contrast_is_4_5_to_1_on_every_fill_in_both_themes(page, served):
     page.goto(f"{served}/02_autograd_graph.html")
     page.locator(".gv .gv-box").first.wait_for(timeout=60_000)
     for dark in (False, True):
-        ratios = page.evaluate(CONTRAST, dark)
+        ratios = page.evaluate(CONTRAST, [dark, "--gv-box-fg", TEXT_FILLS])
         assert min(ratios.values()) >= 4.5, ratios
 
 
-# The box text colour against every fill and mark a view can show, read from the CSS the view uses.
-CONTRAST = """(dark) => {
+# Every fill and mark a view can show under box text, and a colour (`against`: the box text's, a time bar's)
+# against each `fills`, and the page's text against its background, read from the CSS the view uses.
+TEXT_FILLS = ["op", "leaf", "saves", "group", "input", "linebox", "break", "kernel", "share", "run", "linked", "error",
+              "saved"]
+CONTRAST = """([dark, against, fills]) => {
     const gv = document.querySelector(".gv");
     gv.classList.toggle("gv-dark", dark);
     const style = getComputedStyle(gv), rgb = (name) => {
@@ -408,9 +394,8 @@ CONTRAST = """(dark) => {
     };
     const lum = (c) => c.map((v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; })
       .reduce((t, v, i) => t + v * [0.2126, 0.7152, 0.0722][i], 0);
-    const text = lum(rgb("--gv-box-fg")), out = {};
-    for (const fill of ["op", "leaf", "saves", "group", "input", "linebox", "break", "kernel", "share", "run", "linked",
-                       "error", "saved"]) {
+    const text = lum(rgb(against)), out = {};
+    for (const fill of fills) {
       const l = lum(rgb(`--gv-${fill}`));
       out[fill] = (Math.max(l, text) + 0.05) / (Math.min(l, text) + 0.05);
     }
