@@ -271,8 +271,18 @@ def test_a_diagnosis_timeline_selects_the_node_holding_the_bytes_in_jupyterlab(p
 
 @pytest.mark.browser
 def test_a_timed_backward_bars_each_box_by_its_time_and_opens_to_the_slowest_node_in_jupyterlab(page, lab):
-    open_notebook(page, lab, "09_profiling.ipynb")
-    view = browser.view_with_title(page, "outside every node")          # the stored state: no kernel runs
+    """09's timed view from its stored state (no kernel runs): a save without running writes 09 back byte for byte,
+    and after a reload the bars, the legend and the way down to the slowest node still answer."""
+    committed = REPO / "notebooks" / "09_profiling.ipynb"
+    path = _put_in_lab(lab, "94_timed.ipynb", nbformat.read(committed, as_version=4))
+    original, mtime = committed.read_bytes(), path.stat().st_mtime_ns
+    open_notebook(page, lab, path.name)
+    browser.view_with_title(page, "outside every node").locator(".gv-box").first.wait_for(timeout=60_000)
+    page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
+    _wait_for_write(page, path, mtime)
+    assert path.read_bytes() == original
+    open_notebook(page, lab, path.name)       # reload
+    view = browser.view_with_title(page, "outside every node")
     view.locator(".gv-box").first.wait_for(timeout=60_000)
     assert browser.check_time_bars(view).endswith("Backward0")
 
