@@ -1,4 +1,4 @@
-"""Workers that fail on purpose, for tests/test_distributed.py (importable, so spawn can run them)."""
+"""Workers that fail on purpose or take their time, for the launcher's tests (importable, so a rank can run them)."""
 import time
 
 import torch
@@ -25,3 +25,9 @@ def exits_hard(rank, world_size):
 
 def echo(rank, world_size, value):
     return {"rank": rank, "world_size": world_size, "value": value, "tensor": torch.full((2,), float(rank))}
+
+
+def takes_two_seconds(rank, world_size):
+    """Long enough for a waiting line to be redrawn (about once a second) before the ranks are done."""
+    time.sleep(2)
+    return {"rank": rank}

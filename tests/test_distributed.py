@@ -24,18 +24,28 @@ from tests import REPO
 
 
 def _live_children() -> list[str]:
-    """Command lines of this process's live children, from /proc (the process table)."""
-    found = []
+    """Command lines of the live processes started for this process's ranks, from /proc (the process table):
+    its children, and the children of multiprocessing's fork server (itself, like the resource tracker, a
+    helper that lives as long as we do and is not listed)."""
+    table = _process_table()
+    helpers = {pid for pid, (parent, cmdline) in table.items()
+               if parent == os.getpid() and ("resource_tracker" in cmdline or "forkserver" in cmdline)}
+    return [cmdline for pid, (parent, cmdline) in table.items()
+            if pid not in helpers and (parent == os.getpid() or parent in helpers)]
+
+
+def _process_table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every live process that is not a zombie."""
+    table = {}
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
             fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines() if ":\t" in line)
             cmdline = (status.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue   # the process ended while we looked
-        if fields.get("PPid", "").strip() == str(os.getpid()) and fields.get("State", "").strip()[0] != "Z":
-            if "resource_tracker" not in cmdline:   # multiprocessing's own helper lives as long as we do
-                found.append(cmdline)
-    return found
+        if fields.get("State", "").strip()[:1] != "Z":
+            table[int(status.parent.name)] = (int(fields.get("PPid", "0").strip()), cmdline)
+    return table
 
 
 def test_results_come_back_by_rank_with_tensors_intact():
@@ -86,7 +96,7 @@ def test_a_process_that_dies_without_reporting_is_named():
 
 @pytest.fixture
 def two_gpu_host(monkeypatch):
-    """torch.cuda reports two GPUs in this process, where launch picks the backend; the spawned ranks see none."""
+    """torch.cuda reports two GPUs in this process, where launch picks the backend; the ranks see none."""
     for name in ("is_available", "device_count"):
         monkeypatch.setattr(torch.cuda, name, getattr(torch.cuda, name))
     monkeypatch.setattr(torch.accelerator, "current_stream", torch.accelerator.current_stream)

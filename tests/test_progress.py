@@ -125,12 +125,12 @@ def test_a_launch_in_a_kernel_shows_its_line_until_the_ranks_are_done(kernel_see
             heard.append(msg)
             return super().process_message(msg, cell, cell_index)
 
-    nb = new_notebook(cells=[new_code_cell("from nbhelpers import ddp_workers, distributed\n"
-                                           "distributed.launch(ddp_workers.all_reduce_by_hand, 2)[0]['rank']")])
+    nb = new_notebook(cells=[new_code_cell("from nbhelpers import distributed\nfrom tests import ddp_fault_workers\n"
+                                           "distributed.launch(ddp_fault_workers.takes_two_seconds, 2)[0]['rank']")])
     Listening(nb, timeout=120, kernel_name="python3").execute()
     texts = [m["content"]["data"].get("text/plain", "") for m in heard if m["msg_type"] == "update_display_data"]
-    assert texts[0] == "launch all_reduce_by_hand: 2 ranks over gloo (0 s)"
-    assert texts[1].startswith("launch all_reduce_by_hand: 2 ranks over gloo: 0/2 ranks done (")
+    assert texts[0] == "launch takes_two_seconds: 2 ranks over gloo (0 s)"
+    assert texts[1].startswith("launch takes_two_seconds: 2 ranks over gloo: 0/2 ranks done (")
     assert texts[-1] == ""                                         # emptied: the last update is the empty bundle
     assert nb.cells[0].outputs[-1]["data"]["text/plain"] == "0"    # the cell's own result comes after it
 
