@@ -31,3 +31,10 @@ def takes_two_seconds(rank, world_size):
     """Long enough for a waiting line to be redrawn (about once a second) before the ranks are done."""
     time.sleep(2)
     return {"rank": rank}
+
+
+def where_it_runs(rank, world_size, variable):
+    """What a rank sees of its caller: an environment variable, the working directory, the import path."""
+    import os
+    import sys
+    return {"variable": os.environ.get(variable), "cwd": os.getcwd(), "path": list(sys.path)}

@@ -209,3 +209,16 @@ def test_the_launcher_needs_nothing_from_the_package(tmp_path):
                           env=dict(os.environ, PYTHONPATH=str(tmp_path)))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines()[-1] == "[0, 10]"
+
+
+def test_a_rank_sees_the_environment_directory_and_path_of_the_call_not_of_the_fork_servers_start(
+        tmp_path, monkeypatch):
+    distributed.launch(faulty.echo, 1, "start the fork server first", timeout_s=60)
+    monkeypatch.setenv("NBHELPERS_SEEN_BY_RANKS", "set after the server started")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = distributed.launch(faulty.where_it_runs, 2, "NBHELPERS_SEEN_BY_RANKS", timeout_s=60)
+    assert [s["variable"] for s in seen] == ["set after the server started"] * 2
+    assert [s["cwd"] for s in seen] == [str(tmp_path)] * 2
+    assert all(s["path"][0] == str(tmp_path) for s in seen)
+    assert _live_children() == []
