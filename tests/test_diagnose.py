@@ -20,7 +20,7 @@ from torch.cuda import _memory_viz
 from nbhelpers import memory_timeline, module_work, planted_models
 from nbhelpers.diagnosis import diagnose
 from nbhelpers.diagnosis import view as diagnosis_view
-from tests import REPO
+from tests import REPO, cli_in_process
 from tests.test_unseen_models import ARCHITECTURES, Recurrent
 
 
@@ -451,8 +451,8 @@ def test_the_cli_writes_what_it_measured_when_the_forward_raises(tmp_path):
     (["nbhelpers.planted_models:Fixed", "--input", "8xthirty"], "--input '8xthirty' is not a shape"),
     (["nbhelpers.planted_models:Fixed", "--input", "8x32", "--dtype", "float33"], "is not a torch dtype"),
 ])
-def test_the_cli_refuses_a_bad_command_line_with_what_to_fix(tmp_path, args, words):
-    done = _cli(tmp_path, *args)
+def test_the_cli_refuses_a_bad_command_line_with_what_to_fix(tmp_path, monkeypatch, args, words):
+    done = cli_in_process.diagnose(tmp_path, monkeypatch, *args)
     assert done.returncode == 2 and words in done.stderr, done.stderr
     assert not (tmp_path / "report.html").exists()
 

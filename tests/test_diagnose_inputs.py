@@ -11,7 +11,7 @@ from torch import nn
 
 from nbhelpers import model_call
 from nbhelpers.diagnosis import diagnose
-from tests import REPO
+from tests import REPO, cli_in_process
 
 
 class KeywordOnly(nn.Module):
@@ -190,7 +190,7 @@ def test_the_cli_takes_a_factory_that_returns_the_model_and_its_batch(tmp_path):
     (["tests.test_diagnose_inputs:keyword_factory", "--input", "4x6"], "drop --input"),
     (["nbhelpers.planted_models:Fixed"], "give its inputs' shapes with --input"),
 ])
-def test_the_cli_refuses_a_batch_it_cannot_take_with_what_to_fix(tmp_path, args, words):
-    done = _cli(tmp_path, *args, "--out", "report.html")
+def test_the_cli_refuses_a_batch_it_cannot_take_with_what_to_fix(tmp_path, monkeypatch, args, words):
+    done = cli_in_process.diagnose(tmp_path, monkeypatch, *args, "--out", "report.html")
     assert done.returncode == 2 and words in done.stderr, done.stderr
     assert not (tmp_path / "report.html").exists()
