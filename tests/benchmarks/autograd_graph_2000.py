@@ -3,6 +3,8 @@ to SVG.
 
     python tests/benchmarks/autograd_graph_2000.py            # nbhelpers only
     python tests/benchmarks/autograd_graph_2000.py --scale 10 # the same, ~20,000 nodes
+    python tests/benchmarks/autograd_graph_2000.py --timed    # also the timed view (node_times: a bar per box)
+                                                              # against the same graph's untimed view
     python tests/benchmarks/autograd_graph_2000.py --torchviz # also torchviz make_dot(...).pipe() (needs
                                                               # `pip install torchviz` and graphviz's `dot`)
 The graph: a stack of residual MLP blocks, so it branches and merges like a real network.
@@ -14,7 +16,7 @@ import time
 import torch
 from torch import nn
 
-from nbhelpers import autograd_graph, graph_view, module_scope
+from nbhelpers import autograd_graph, graph_view, module_scope, node_times
 
 
 class Stack(nn.Module):
@@ -42,6 +44,15 @@ def trace_to_svg(loss, model) -> str:
     return graph_view.render_svg(graph_view.view(data))     # the first view, as a widget's picture
 
 
+def timed_against_untimed(loss, model, repeats: int) -> tuple[float, float]:
+    """Median seconds of view data + first view + SVG for one traced graph, with its backward's times and without."""
+    graph, times = node_times.backward(loss, module=model)
+    with_times = time_it(lambda: graph_view.render_svg(graph_view.view(graph_view.from_autograd(graph, times=times))),
+                         repeats)
+    without = time_it(lambda: graph_view.render_svg(graph_view.view(graph_view.from_autograd(graph))), repeats)
+    return with_times, without
+
+
 def time_it(fn, repeats: int = 5) -> float:
     times = []
     for _ in range(repeats):
@@ -54,12 +65,17 @@ def time_it(fn, repeats: int = 5) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--torchviz", action="store_true")
+    parser.add_argument("--timed", action="store_true")
     parser.add_argument("--scale", type=int, default=1)
     args = parser.parse_args()
     loss, model = build_loss(182 * args.scale)
     nodes = len(autograd_graph.trace(loss).nodes)
     ours = time_it(lambda: trace_to_svg(loss, model), repeats=5 if args.scale == 1 else 3)
     print(f"{nodes} nodes: nbhelpers trace + grouping + first view + SVG, median: {ours:.3f} s")
+    if args.timed:
+        timed, untimed = timed_against_untimed(loss, model, repeats=5 if args.scale == 1 else 3)
+        print(f"the same graph's view + SVG, median: with its times {timed:.3f} s, without {untimed:.3f} s; "
+              f"ratio {timed / untimed:.2f}")
     if args.torchviz:
         from torchviz import make_dot
 
