@@ -34,7 +34,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | modtracker_hooks  | instrument | -                          | what MemTracker's module hooks keep alive, and when  |
 | eager_only        | instrument | 08                         | dispatch modes say when a compiled call ran eagerly  |
 | profiling         | instrument | 09                         | profiler traces as data; FLOPs, bytes, regime        |
-| node_times        | instrument | 09                         | a backward's time given to its autograd nodes        |
+| node_times        | instrument | 09                         | a backward's time given to its nodes, on its clock   |
 | flop_formulas     | instrument | -                          | FLOPs of the ops FlopCounterMode counts 0 (attention) |
 | module_work       | instrument | -                          | FLOPs and bytes per module, against FlopCounterMode  |
 | model_call        | instrument | -                          | a model's call as people pass it; its output's loss  |
@@ -52,7 +52,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | graph_diff        | view       | 02 11                      | two graphs, node by node                             |
 | forward_view      | view       | -                          | a forward graph as view data, linked to its backward |
 | compile_view      | view       | 05 10 11                   | compile_lens reports and exports as graph views      |
-| memory_timeline   | view       | 13                         | live bytes over a step, by category, module (+ .js)  |
+| memory_timeline   | view       | 13                         | bytes over a step, or a backward's time (+ .js)      |
 | picture_canvas    | view       | -                          | SVG boxes, arrows, labels that fit, light and dark   |
 | pictures          | view       | 03 04 06                   | pictures of live objects: float bits, parts, loaders |
 | compile_picture   | view       | 05                         | the compile pipeline drawn with one run's counts     |

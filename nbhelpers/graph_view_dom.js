@@ -442,7 +442,7 @@ class Controller {
     this.legendBox = tag("div", undefined, root, "gv-legend");
     this.info = tag("div", "", root, "gv-info");
     this.info.setAttribute("aria-live", "polite");
-    if (timeline) this.timeline = new Timeline(timeline, root, this);    // a diagnosis's memory, above its graph
+    if (timeline) this.timeline = new Timeline(timeline, root, this);    // memory or time, above the graph
     const row = tag("div", undefined, root, "gv-panes");
     this.panel = tag("div", "Click a box for its details; click a module to open it.", root, "gv-details");
     const tableBox = tag("details", undefined, root, "gv-table");
@@ -512,6 +512,7 @@ class Controller {
     const lit = panes[0].graph.lit, chosen = panes.length > 1 ? panes[1].selected : -1;   // a twin view's
     panes[0].lit = lit.get(chosen) || [];
     for (const p of panes) { p.cursor = p.view.boxOf.has(p.selected) ? p.view.boxOf.get(p.selected) : -1; p.mark(); }
+    if (this.timeline) this.timeline.light(panes[0].selected);      // the node's ops or slices, above
     if (node >= 0) this.showNode(pane, node);
     else { this.panel.replaceChildren(); this.info.textContent = "selection cleared"; }
     this.sync("selected", panes[0].selected);

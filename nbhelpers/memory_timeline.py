@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import pickle
+from html import escape
 from itertools import accumulate
 from pathlib import Path
 
@@ -165,7 +166,10 @@ def save_snapshot(d, path) -> Path:
 
 
 def render_svg(timeline: dict, width: int = 720, height: int = 160) -> str:
-    """The stacked timeline by category as a still SVG (what a viewer without widgets shows)."""
+    """The stacked timeline by category as a still SVG (what a viewer without widgets shows); a time-line
+    (node_times.timeline) as its slices on the backward's clock."""
+    if timeline.get("kind") == "time":
+        return _render_time_svg(timeline, width, height)
     stacked, names = series(timeline), list(timeline["categories"])
     n, peak = len(timeline["live"]), max(timeline["peak"], 1)
     every = max(1, -(-n // _STILL_POINTS))
@@ -188,6 +192,21 @@ def render_svg(timeline: dict, width: int = 720, height: int = 160) -> str:
             f'<text x="10" y="14" font-size="12" font-family="sans-serif">live bytes after each op, peak '
             f'{timeline["peak"]:,} B</text></svg>')
 
+
+def _render_time_svg(timeline: dict, width: int, height: int) -> str:
+    """Each slice as long as its time (memory_timeline.js: drawSlices), a node's in the time bar's colour."""
+    end = max([start + us for start, us in zip(timeline["start"], timeline["us"])] + [1])
+    inner = width - 20
+    shapes = [f'<rect x="{10 + inner * start / end:.1f}" y="20" width="{max(0.5, inner * us / end):.1f}" '
+              f'height="{height - 30}" fill="{HEAT if node >= 0 else OUTSIDE}"/>'
+              for start, us, node in zip(timeline["start"], timeline["us"], timeline["node"])]
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">'
+            f'<rect width="{width}" height="{height}" fill="#fff"/>{"".join(shapes)}'
+            f'<text x="10" y="14" font-size="12" font-family="sans-serif">{escape(timeline["title"])}; grey: outside '
+            f'every node</text></svg>')
+
+
+HEAT, OUTSIDE = "#d9480f", "#bbb"      # graph_view_dom.js's --gv-heat and --gv-border, light theme
 
 # colours that read on light and dark backgrounds (memory_timeline.js uses the same list)
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")

@@ -399,8 +399,8 @@ AXE_PAGE_SERIOUS = """async () => {
 def check_timeline(view, line: str) -> str:
     """A diagnosis view (Diagnosis.show): the keyboard walks the timeline until the op at `line` (a fragment of
     the learner's line) made bytes a backward node holds; Enter selects that node in the graph below, opening
-    its modules; hovering the far right shows a backward op; "by module" restacks the legend. Returns the
-    selected node's label."""
+    its modules and marking the ops whose bytes it holds; hovering the far right shows a backward op; "by module"
+    restacks the legend and keeps the marks. Returns the selected node's label."""
     info, chart = view.locator(".gv-tl-info"), view.locator(".gv-tl-chart")
     chart.focus()
     view.page.keyboard.press("Home")
@@ -415,6 +415,8 @@ def check_timeline(view, line: str) -> str:
     assert "(selected below)" in info.inner_text()
     assert view.locator("g.gv-box.gv-selected").count() == 1 and selected_label(view) == label
     assert f"{label} (node " in view.locator(".gv-details").inner_text()
+    lit = int(chart.get_attribute("data-lit"))            # the selected node's ops are marked on the timeline
+    assert lit >= 1 and view.locator(".gv-tl-lit").count() == lit
     box = chart.bounding_box()
     chart.hover(position={"x": box["width"] * 0.97, "y": box["height"] / 2})
     assert info.inner_text().startswith("op ") and "(backward, " in info.inner_text(), info.inner_text()
@@ -423,6 +425,7 @@ def check_timeline(view, line: str) -> str:
     assert view.locator(".gv-tl-by-module").get_attribute("aria-pressed") == "true"
     assert view.locator(".gv-tl .gv-legend").inner_text() != before and "gradients" not in \
         view.locator(".gv-tl .gv-legend").inner_text()
+    assert view.locator(".gv-tl-lit").count() == lit      # and stay marked when the chart is redrawn
     return label
 
 
@@ -430,6 +433,30 @@ def check_timeline(view, line: str) -> str:
 _TIME_BARS = """(view) => [...view.querySelectorAll("g.gv-box")].filter((g) => g.querySelector("rect.gv-time")).map((g) => ({
     bar: g.querySelector("rect.gv-time").getBBox().width, box: g.querySelector("rect").getBBox().width,
     key: g.dataset.key, title: g.querySelector("title").textContent }))"""
+
+
+def check_time_line(view) -> str:
+    """A timed view's time-line (node_times.timeline), after check_time_bars selected the slowest node: that node's
+    slice is outlined above; a click on the first node's slice selects that node below (its panel names it) and
+    outlines that slice instead; the keyboard walks the slices (Home, arrows) and Enter selects one's node.
+    Returns the label the click selected."""
+    chart, info = view.locator(".gv-tl-chart"), view.locator(".gv-tl-info")
+    assert chart.get_attribute("data-lit") == "1" and view.locator(".gv-tl-lit").count() == 1
+    first = view.locator(".gv-tl-slice:not(.gv-tl-outside)").first
+    first.click()
+    said = info.inner_text()
+    label = said.split(": ", 1)[1].split(" — ")[0]                    # "node 0: NllLossBackward0 — 1.39 ms, ..."
+    assert "(selected below)" in said and label in view.locator(".gv-details").inner_text(), said
+    lit = view.locator(".gv-tl-lit")
+    assert lit.count() == 1 and lit.get_attribute("x") == first.get_attribute("x")
+    chart.focus()
+    for key in ("Home", "ArrowRight", "ArrowRight", "Enter"):
+        view.page.keyboard.press(key)
+    said = info.inner_text()
+    second = said.split(": ", 1)[1].split(" — ")[0]
+    assert said.startswith("node ") and "(selected below)" in said, said
+    assert second in view.locator(".gv-details").inner_text() and lit.count() == 1
+    return label
 
 
 def check_time_bars(view) -> str:

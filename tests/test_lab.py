@@ -270,9 +270,9 @@ def test_a_diagnosis_timeline_selects_the_node_holding_the_bytes_in_jupyterlab(p
 
 
 @pytest.mark.browser
-def test_a_timed_backward_bars_each_box_by_its_time_and_opens_to_the_slowest_node_in_jupyterlab(page, lab):
+def test_a_timed_backward_bars_each_box_and_links_its_time_line_both_ways_in_jupyterlab(page, lab):
     """09's timed view from its stored state (no kernel runs): a save without running writes 09 back byte for byte,
-    and after a reload the bars, the legend and the way down to the slowest node still answer."""
+    and after a reload the bars, the legend, the way down to the slowest node and the time-line still answer."""
     committed = REPO / "notebooks" / "09_profiling.ipynb"
     path = _put_in_lab(lab, "94_timed.ipynb", nbformat.read(committed, as_version=4))
     original, mtime = committed.read_bytes(), path.stat().st_mtime_ns
@@ -285,6 +285,7 @@ def test_a_timed_backward_bars_each_box_by_its_time_and_opens_to_the_slowest_nod
     view = browser.view_with_title(page, "outside every node")
     view.locator(".gv-box").first.wait_for(timeout=60_000)
     assert browser.check_time_bars(view).endswith("Backward0")
+    assert browser.check_time_line(view) == "NllLossBackward0"       # the loss's node runs first
 
 
 def test_make_lab_saves_widget_state_by_default(lab):

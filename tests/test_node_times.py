@@ -77,3 +77,24 @@ def test_each_box_is_barred_by_its_share_of_the_backward_and_the_longest_bar_is_
         assert "bar: share of the backward" in svg                                # the legend says what a bar is
     plain = graph_view.render_svg(graph_view.view(graph_view.from_autograd(graph)))
     assert "#d9480f" not in plain and "bar: share of the backward" not in plain    # untimed: no bar, no legend
+
+
+def test_the_time_line_lays_every_range_on_the_backwards_clock_and_its_picture_draws_each():
+    torch.manual_seed(0)
+    graph, times = _timed(models.mlp(), torch.rand(16, 784))
+    line = node_times.timeline(graph, times)
+    nodes = [n for n in line["node"] if n >= 0]
+    assert sorted(nodes) == list(range(len(graph.nodes))) and nodes == list(graph.order)   # a slice each, in order
+    assert [line["strings"][s] for s, n in zip(line["name"], line["node"]) if n >= 0] == \
+        [graph.nodes[n].label for n in nodes]
+    assert [line["strings"][s] for s, n in zip(line["name"], line["node"]) if n < 0] == ["aten::ones_like"]
+    assert sum(line["us"]) == pytest.approx(times.total_us)                     # the slices are the whole profile
+    assert line["start"] == sorted(line["start"]) and line["start"][0] == 0
+    ends = [start + us for start, us in zip(line["start"], line["us"])]
+    assert all(end <= later + 1e-6 for end, later in zip(ends, line["start"][1:]))  # one lane: none overlaps the next
+    from nbhelpers import memory_timeline
+
+    still = memory_timeline.render_svg(line)
+    assert still.count('fill="#d9480f"') == len(nodes) and still.count('fill="#bbb"') == 1
+    with pytest.raises(TypeError, match="node_times.timeline"):
+        node_times.timeline(graph, {"us": []})

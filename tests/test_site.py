@@ -198,11 +198,12 @@ def test_a_diagnosis_timeline_selects_the_node_holding_the_bytes_offline(page, s
 
 
 @pytest.mark.browser
-def test_a_timed_backward_bars_each_box_by_its_time_and_opens_to_the_slowest_node_offline(page, served):
+def test_a_timed_backward_bars_each_box_and_links_its_time_line_both_ways_offline(page, served):
     page.goto(f"{served}/09_profiling.html")
     view = browser.view_with_title(page, "outside every node")
     view.locator(".gv-box").first.wait_for(timeout=60_000)
     assert browser.check_time_bars(view).endswith("Backward0")
+    assert browser.check_time_line(view) == "NllLossBackward0"       # the loss's node runs first
     for dark in (False, True):               # a bar is no text: 3:1 against each fill of a backward's box
         ratios = page.evaluate(CONTRAST, [dark, "--gv-heat", ["op", "leaf", "saves", "group", "fold"]])
         assert min(ratios.values()) >= 3, ratios
