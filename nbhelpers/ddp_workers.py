@@ -2,7 +2,7 @@
 runs on one rank inside an initialised process group, as `worker(rank, world_size, *args)`, and returns plain
 data or tensors.
 
-They live in a module, not in a notebook, because spawned processes import the function they run. The two
+They live in a module, not in a notebook, because a rank imports the function it runs by name. The two
 workers at the heart of 07 (DDP's gradients, and no_sync with a comm hook) are written by the notebook itself,
 with %%writefile, so a learner reads the DDP code the ranks run; they use `seeded_mlp`, `shard`, `digit_batch`
 and `gradients` from here.

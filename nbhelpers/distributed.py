@@ -2,12 +2,14 @@
 deadline. It needs nothing from the rest of the package: copy it into any project. (The torchrun entry
 point that trains the sandwich with DDP is `nbhelpers.ddp_train`.)
 
-`launch` starts its ranks as forks of multiprocessing's fork server, a fresh interpreter that has imported
-torch once (forkserver; spawn where there is none, on Windows), so a rank starts in a fraction of a second
-instead of importing torch again for seconds. It rendezvous through a file in a temporary directory (no port
-to race for), returns what each rank's worker returned, re-raises a worker's exception with its rank
-and traceback, and always leaves no child process behind. While it waits, a notebook shows one line
-saying so (nbhelpers.progress; a copy of this file without the package shows none).
+On Linux `launch` starts its ranks as forks of multiprocessing's fork server, a fresh interpreter that has
+imported torch once (forkserver), so a rank starts in a fraction of a second instead of importing torch again
+for seconds; elsewhere (macOS, Windows) each rank is a fresh interpreter (spawn, Python's own default there).
+It rendezvous through a file in a temporary directory (no port to race for), returns what each rank's worker
+returned, re-raises a worker's exception with its rank and traceback, and always leaves no rank behind (the
+fork server itself, idle, lives as long as the calling process, as multiprocessing's always does). While it
+waits, a notebook shows one line saying so (nbhelpers.progress; a copy of this file without the package shows
+none).
 
 The backend follows where the workers' tensors live, not what the machine has: gloo for CPU tensors (the
 default), NCCL for `device="cuda"`, where each rank works on its own GPU (NCCL moves only GPU memory, and
@@ -25,6 +27,7 @@ import multiprocessing
 import os
 import pickle
 import queue as queue_module
+import sys
 import tempfile
 import time
 import traceback
@@ -59,9 +62,11 @@ def launch(worker: Callable, world_size: int, *args, device: torch.device | str 
     rank. The ranks start with torch's defaults, so "cpu" is the default whatever the caller's.
     Results travel pickled by value, so tensors arrive intact after the workers have exited.
 
-    `start_method` None is "forkserver" where the platform has it, else "spawn". Either way a rank runs the
-    caller's sys.path, working directory and environment as they are at the call (the fork server's own were
-    taken when it started, so `launch` hands them over); what torch reads only at import, it read then.
+    `start_method` None is "forkserver" on Linux, else "spawn". multiprocessing gives each rank the caller's
+    sys.path and working directory as they are at the call, and `launch` its environment (a fork of the server
+    would have the server's, taken when it started). What torch reads only at import (TORCH_LOGS), a forked
+    rank read when the server started; TORCH_DISTRIBUTED_DEBUG each rank reads again. The first forkserver
+    launch sets multiprocessing's preload list, one per process, to torch.
     """
     start_method = start_method or _default_start_method()
     _check_launch(worker, world_size, timeout_s, start_method)
@@ -88,15 +93,20 @@ def launch(worker: Callable, world_size: int, *args, device: torch.device | str 
 
 
 def _default_start_method() -> str:
-    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    # macOS lists forkserver too, but Python made spawn its default there: forking is not reliable on it
+    return "forkserver" if sys.platform.startswith("linux") else "spawn"
 
 
 def _context(start_method: str):
-    """multiprocessing's context; the fork server, the first time it starts, imports torch (its preload list
-    is multiprocessing's, one per process: a server already running keeps the list it started with)."""
+    """multiprocessing's context. For forkserver, the server is started here, importing torch (its preload list
+    is multiprocessing's, one per process; a server already running keeps the list it started with), before any
+    rank exists: an interrupt while it starts leaves no rank waiting in the rendezvous."""
     ctx = multiprocessing.get_context(start_method)
     if start_method == "forkserver":
+        from multiprocessing import forkserver
+
         ctx.set_forkserver_preload(["torch", "torch.distributed"])
+        forkserver.ensure_running()
     return ctx
 
 
@@ -209,6 +219,7 @@ def _stop(processes) -> None:
 def _run_rank(rank, world_size, backend, init, timeout_s, worker, args, channel, environment) -> None:
     os.environ.clear()        # a fork of the server has the server's environment; the rank gets the caller's
     os.environ.update(environment)
+    dist.set_debug_level_from_env()   # read once at import (torch/distributed/__init__.py), in the server's
     torch.set_num_threads(1)  # world_size processes share the machine's cores
     try:
         if backend == "nccl":

@@ -245,8 +245,9 @@ def _unpack(text: str) -> bytes:
 def show(data: GraphData, selected: int | None = None, expanded=None, *, timeline: dict | None = None):
     """The widget (anywidget): click, hover, search, expand and collapse one module, pan and zoom, the
     keyboard, and a backward stepper. `expanded` (module paths) is what it opens with; None: the first
-    legible view. `timeline` (a memory_timeline.state whose `node`s are `data`'s) is drawn above the graph: a
-    click on it selects the node that holds the bytes.
+    legible view. `timeline` (a memory_timeline.state, or a node_times.timeline, whose `node`s are `data`'s) is
+    drawn above the graph: a click on it selects the node that holds the bytes, or whose range the slice is;
+    selecting a node outlines its ops or slices there.
 
     `selected`, `step` and `expanded` are traits: a later cell reads what the learner clicked and opened.
     """
@@ -409,10 +410,10 @@ def _widget_class():
         selected = traitlets.Int(-1).tag(sync=True)
         step = traitlets.Int(-1).tag(sync=True)
         expanded = traitlets.List(traitlets.Unicode()).tag(sync=True)   # the modules open in the first pane
-        timeline = traitlets.Unicode("").tag(sync=True)  # a diagnosis's memory timeline (memory_timeline.state), deflated
+        timeline = traitlets.Unicode("").tag(sync=True)  # memory_timeline.state or node_times.timeline, deflated
 
         _sides: tuple = ()                               # (data, first view) per pane, set by show()/show_diff()
-        _above: str = ""                                 # a still SVG drawn above the graph (a diagnosis's timeline)
+        _above: str = ""                                 # a still SVG drawn above the graph (its timeline)
 
         def _repr_mimebundle_(self, **kwargs):
             bundle = super()._repr_mimebundle_(**kwargs)

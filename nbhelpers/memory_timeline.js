@@ -131,7 +131,10 @@ class Timeline {
     const lit = node >= 0 ? this.tl.node.flatMap((n, i) => (n === node ? [i] : [])) : [];
     for (const i of lit) {
       if (this.time) svg("rect", { class: "gv-tl-lit", ...this.sliceBox(i) }, this.marks);
-      else svg("line", { class: "gv-tl-lit", x1: this.x(i), x2: this.x(i), y1: 0, y2: TL_H }, this.marks);
+      else {
+        const x = this.x(i).toFixed(1);
+        svg("line", { class: "gv-tl-lit", x1: x, x2: x, y1: 0, y2: TL_H }, this.marks);
+      }
     }
     this.chart.dataset.lit = String(lit.length);
     if (lit.length && !lit.includes(this.at)) this.moveTo(lit[0]);
@@ -152,6 +155,7 @@ class Timeline {
   }
 
   moveTo(i) {
+    if (!this.tl.node.length) return;          // nothing ran: nothing to point at
     this.at = Math.max(0, Math.min(this.tl.node.length - 1, i));
     const x = this.x(this.at).toFixed(1);
     for (const [k, v] of [["x1", x], ["x2", x]]) this.cursor.setAttribute(k, v);

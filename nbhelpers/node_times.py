@@ -92,7 +92,11 @@ def timeline(graph: autograd_graph.Graph, times: BackwardTimes) -> dict:
     """The backward on its clock, for a view's time-line (`graph_view.show(data, timeline=...)`): every node's
     range and every event outside them, in the order they began, each with its start, its time, its name and
     the node it belongs to (-1: none), with string tables as memory_timeline.state has them."""
+    arguments.require("node_times.timeline", "graph", graph, autograd_graph.Graph, "node_times.backward(loss)'s graph")
     arguments.require("node_times.timeline", "times", times, BackwardTimes, "node_times.backward(loss)'s times")
+    if any(t.node >= len(graph.nodes) for t in times.nodes):
+        raise ValueError("node_times.timeline: `times` names nodes this graph does not have; give the graph and the "
+                         "times one node_times.backward call returned")
     strings: dict[str, int] = {}
     slices = sorted([(t.start_us, t.us, t.node, graph.nodes[t.node].label) for t in times.nodes] +
                     [(start, us, -1, name) for name, start, us in times.outside])

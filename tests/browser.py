@@ -415,8 +415,9 @@ def check_timeline(view, line: str) -> str:
     assert "(selected below)" in info.inner_text()
     assert view.locator("g.gv-box.gv-selected").count() == 1 and selected_label(view) == label
     assert f"{label} (node " in view.locator(".gv-details").inner_text()
-    lit = int(chart.get_attribute("data-lit"))            # the selected node's ops are marked on the timeline
-    assert lit >= 1 and view.locator(".gv-tl-lit").count() == lit
+    lit = int(chart.get_attribute("data-lit"))            # the selected node's ops are marked on the timeline,
+    marks = [m.get_attribute("x1") for m in view.locator(".gv-tl-lit").all()]   # the op Enter was pressed on too
+    assert lit >= 1 and len(marks) == lit and view.locator(".gv-tl-cursor").get_attribute("x1") in marks
     box = chart.bounding_box()
     chart.hover(position={"x": box["width"] * 0.97, "y": box["height"] / 2})
     assert info.inner_text().startswith("op ") and "(backward, " in info.inner_text(), info.inner_text()
@@ -450,12 +451,14 @@ def check_time_line(view) -> str:
     lit = view.locator(".gv-tl-lit")
     assert lit.count() == 1 and lit.get_attribute("x") == first.get_attribute("x")
     chart.focus()
-    for key in ("Home", "ArrowRight", "ArrowRight", "Enter"):
+    for key in ("Home", "ArrowRight", "ArrowRight", "Enter"):  # slice 0 is backward()'s seed, outside every node
         view.page.keyboard.press(key)
     said = info.inner_text()
     second = said.split(": ", 1)[1].split(" — ")[0]
-    assert said.startswith("node ") and "(selected below)" in said, said
-    assert second in view.locator(".gv-details").inner_text() and lit.count() == 1
+    assert chart.get_attribute("aria-valuenow") == "2" and said.startswith("node ") and second != label, said
+    assert "(selected below)" in said and second in view.locator(".gv-details").inner_text()
+    at = view.locator(".gv-tl-slice").nth(2)                 # the outline moved to the slice Enter chose
+    assert lit.count() == 1 and lit.get_attribute("x") == at.get_attribute("x")
     return label
 
 

@@ -34,7 +34,8 @@ def takes_two_seconds(rank, world_size):
 
 
 def where_it_runs(rank, world_size, variable):
-    """What a rank sees of its caller: an environment variable, the working directory, the import path."""
+    """What a rank sees of its caller: an environment variable, the working directory, the import path; and
+    which process started it."""
     import os
     import sys
-    return {"variable": os.environ.get(variable), "cwd": os.getcwd(), "path": list(sys.path)}
+    return {"variable": os.environ.get(variable), "cwd": os.getcwd(), "path": list(sys.path), "parent": os.getppid()}

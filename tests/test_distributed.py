@@ -24,14 +24,25 @@ from tests import REPO
 
 
 def _live_children() -> list[str]:
-    """Command lines of the live processes started for this process's ranks, from /proc (the process table):
-    its children, and the children of multiprocessing's fork server (itself, like the resource tracker, a
-    helper that lives as long as we do and is not listed)."""
+    """Command lines of the live processes started for this process's ranks since the test began, from /proc (the
+    process table): its new children, and the children of multiprocessing's fork server (itself, like the
+    resource tracker, a helper that lives as long as we do and is not listed). A child that was there before the
+    test (the browser tests' Playwright driver, when they ran first in this process) is no rank."""
     table = _process_table()
     helpers = {pid for pid, (parent, cmdline) in table.items()
                if parent == os.getpid() and ("resource_tracker" in cmdline or "forkserver" in cmdline)}
     return [cmdline for pid, (parent, cmdline) in table.items()
-            if pid not in helpers and (parent == os.getpid() or parent in helpers)]
+            if pid not in helpers and pid not in _BEFORE and (parent == os.getpid() or parent in helpers)]
+
+
+_BEFORE: set[int] = set()      # this process's children when the running test began
+
+
+@pytest.fixture(autouse=True)
+def _children_before_the_test():
+    _BEFORE.clear()
+    _BEFORE.update(pid for pid, (parent, _) in _process_table().items() if parent == os.getpid())
+    yield
 
 
 def _process_table() -> dict[int, tuple[int, str]]:
@@ -221,4 +232,15 @@ def test_a_rank_sees_the_environment_directory_and_path_of_the_call_not_of_the_f
     assert [s["variable"] for s in seen] == ["set after the server started"] * 2
     assert [s["cwd"] for s in seen] == [str(tmp_path)] * 2
     assert all(s["path"][0] == str(tmp_path) for s in seen)
+    server = [pid for pid, (parent, cmdline) in _process_table().items()
+              if parent == os.getpid() and "forkserver" in cmdline]
+    assert [s["parent"] for s in seen] == server * 2          # forks of the one fork server, not of this process
+    assert _live_children() == []
+
+
+def test_spawn_where_there_is_no_fork_server_starts_fresh_interpreters_that_see_the_same(monkeypatch):
+    """The start method of macOS and Windows, here on Linux: every rank a child of this process."""
+    monkeypatch.setenv("NBHELPERS_SEEN_BY_RANKS", "spawned")
+    seen = distributed.launch(faulty.where_it_runs, 2, "NBHELPERS_SEEN_BY_RANKS", timeout_s=120, start_method="spawn")
+    assert [s["parent"] for s in seen] == [os.getpid()] * 2 and [s["variable"] for s in seen] == ["spawned"] * 2
     assert _live_children() == []
