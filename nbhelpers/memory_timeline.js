@@ -45,7 +45,7 @@ class Timeline {
   constructor(tl, parent, controller) {
     const time = tl.kind === "time", n = tl.node.length;
     Object.assign(this, { tl, controller, time, by: time ? "time" : "category", at: -1, litNode: -1,
-      end: time ? tl.start.reduce((m, s, i) => Math.max(m, s + tl.us[i]), 1) : 0 });
+      end: tl.span || 1 });
     const root = tag("div", undefined, parent, "gv-tl");
     tag("style", TL_CSS, root);
     const head = tag("div", undefined, root, "gv-tl-head");
@@ -106,7 +106,7 @@ class Timeline {
   // one slice per node's range and per event outside them, as long as its time; one lane: on the CPU the
   // engine runs a backward's nodes one after another
   drawSlices() {
-    this.slices = this.tl.node.map((node, i) => svg("rect", { class: node >= 0 ? "gv-tl-slice" : "gv-tl-slice gv-tl-outside",
+    this.tl.node.forEach((node, i) => svg("rect", { class: node >= 0 ? "gv-tl-slice" : "gv-tl-slice gv-tl-outside",
       ...this.sliceBox(i) }, this.chart));
     this.keyItem("a node's range: its backward formula and the aten ops it called", "var(--gv-heat)");
     this.keyItem("outside every node (backward()'s own work)", "var(--gv-border)");

@@ -16,7 +16,7 @@ from html import escape
 from itertools import accumulate
 from pathlib import Path
 
-from nbhelpers import arguments, atomic
+from nbhelpers import arguments, atomic, graph_boxes
 
 __all__ = ["CATEGORIES", "state", "series"]   # snapshot, save_snapshot: Diagnosis's; render_svg: graph_view's
 
@@ -195,10 +195,9 @@ def render_svg(timeline: dict, width: int = 720, height: int = 160) -> str:
 
 def _render_time_svg(timeline: dict, width: int, height: int) -> str:
     """Each slice as long as its time (memory_timeline.js: drawSlices), a node's in the time bar's colour."""
-    end = max([start + us for start, us in zip(timeline["start"], timeline["us"])] + [1])
-    inner = width - 20
+    end, inner = timeline["span"] or 1, width - 20
     shapes = [f'<rect x="{10 + inner * start / end:.1f}" y="20" width="{max(0.5, inner * us / end):.1f}" '
-              f'height="{height - 30}" fill="{HEAT if node >= 0 else OUTSIDE}"/>'
+              f'height="{height - 30}" fill="{graph_boxes.HEAT if node >= 0 else OUTSIDE}"/>'
               for start, us, node in zip(timeline["start"], timeline["us"], timeline["node"])]
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">'
             f'<rect width="{width}" height="{height}" fill="#fff"/>{"".join(shapes)}'
@@ -206,7 +205,7 @@ def _render_time_svg(timeline: dict, width: int, height: int) -> str:
             f'every node</text></svg>')
 
 
-HEAT, OUTSIDE = "#d9480f", "#bbb"      # graph_view_dom.js's --gv-heat and --gv-border, light theme
+OUTSIDE = "#bbb"          # graph_view_dom.js's --gv-border, light theme (a node's slice: graph_boxes.HEAT)
 
 # colours that read on light and dark backgrounds (memory_timeline.js uses the same list)
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f")

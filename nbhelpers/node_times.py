@@ -44,9 +44,16 @@ class NodeTime:
 @dataclass(frozen=True)
 class BackwardTimes:
     nodes: tuple[NodeTime, ...]                # in the order they ran
-    unowned: tuple[tuple[str, float], ...]     # what ran outside every node's range: (event name, us)
+    outside: tuple[tuple[str, float, float], ...]   # each event outside every node's range: (name, start_us, us)
     total_us: float                            # every top-level event of the backward, owned or not
-    outside: tuple[tuple[str, float, float], ...] = ()   # each unowned event: (name, start_us, us)
+
+    @property
+    def unowned(self) -> tuple[tuple[str, float], ...]:
+        """What ran outside every node's range, by event name: (name, us), in the order first seen."""
+        by_name: Counter = Counter()
+        for name, _, us in self.outside:
+            by_name[name] += us
+        return tuple(by_name.items())
 
     def share(self, node_time: NodeTime) -> float:
         return node_time.us / self.total_us if self.total_us else 0.0
@@ -70,13 +77,12 @@ def attribute(graph: autograd_graph.Graph, events) -> BackwardTimes:
     another op than the node, or a node ran twice."""
     by_sequence = {n.sequence_nr: i for i, n in enumerate(graph.nodes) if not n.is_leaf}
     leaves = iter([i for i in graph.order if graph.nodes[i].is_leaf])
-    timed, unowned, outside, seen = [], Counter(), [], set()
+    timed, outside, seen = [], [], set()
     top = [e for e in events if e.cpu_parent is None]
     began = min((e.time_range.start for e in top), default=0)
     for event in top:
         start = event.time_range.start - began
         if not event.name.startswith(RANGE):
-            unowned[event.name] += event.cpu_time_total
             outside.append((event.name, start, event.cpu_time_total))
             continue
         node = next(leaves, None) if event.sequence_nr == -1 else by_sequence.get(event.sequence_nr)
@@ -85,13 +91,14 @@ def attribute(graph: autograd_graph.Graph, events) -> BackwardTimes:
                              "node of this graph, or ran twice; profile exactly one backward of the traced loss")
         seen.add(node)
         timed.append(NodeTime(node, event.cpu_time_total, _ops(event), start))
-    return BackwardTimes(tuple(timed), tuple(unowned.items()), sum(e.cpu_time_total for e in top), tuple(outside))
+    return BackwardTimes(tuple(timed), tuple(outside), sum(e.cpu_time_total for e in top))
 
 
 def timeline(graph: autograd_graph.Graph, times: BackwardTimes) -> dict:
     """The backward on its clock, for a view's time-line (`graph_view.show(data, timeline=...)`): every node's
     range and every event outside them, in the order they began, each with its start, its time, its name and
-    the node it belongs to (-1: none), with string tables as memory_timeline.state has them."""
+    the node it belongs to (-1: none), with string tables as memory_timeline.state has them; `span` is where the
+    last one ends, the clock's length for whoever draws it."""
     arguments.require("node_times.timeline", "graph", graph, autograd_graph.Graph, "node_times.backward(loss)'s graph")
     arguments.require("node_times.timeline", "times", times, BackwardTimes, "node_times.backward(loss)'s times")
     if any(t.node >= len(graph.nodes) for t in times.nodes):
@@ -103,7 +110,7 @@ def timeline(graph: autograd_graph.Graph, times: BackwardTimes) -> dict:
     span = max([start + us for start, us, _, _ in slices] + [0.0])
     return {"kind": "time", "title": f"the backward's {times.total_us:,.0f} us of events on its clock, "
                                      f"{span:,.0f} us from first to last (a gap: no profiled event ran)",
-            "total": times.total_us, "start": [s[0] for s in slices], "us": [s[1] for s in slices],
+            "total": times.total_us, "span": span, "start": [s[0] for s in slices], "us": [s[1] for s in slices],
             "node": [s[2] for s in slices], "name": [strings.setdefault(s[3], len(strings)) for s in slices],
             "strings": list(strings)}
 

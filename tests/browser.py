@@ -446,7 +446,7 @@ def check_time_line(view) -> str:
     first = view.locator(".gv-tl-slice:not(.gv-tl-outside)").first
     first.click()
     said = info.inner_text()
-    label = said.split(": ", 1)[1].split(" — ")[0]                    # "node 0: NllLossBackward0 — 1.39 ms, ..."
+    label = _slice_label(said)
     assert "(selected below)" in said and label in view.locator(".gv-details").inner_text(), said
     lit = view.locator(".gv-tl-lit")
     assert lit.count() == 1 and lit.get_attribute("x") == first.get_attribute("x")
@@ -454,12 +454,17 @@ def check_time_line(view) -> str:
     for key in ("Home", "ArrowRight", "ArrowRight", "Enter"):  # slice 0 is backward()'s seed, outside every node
         view.page.keyboard.press(key)
     said = info.inner_text()
-    second = said.split(": ", 1)[1].split(" — ")[0]
+    second = _slice_label(said)
     assert chart.get_attribute("aria-valuenow") == "2" and said.startswith("node ") and second != label, said
     assert "(selected below)" in said and second in view.locator(".gv-details").inner_text()
     at = view.locator(".gv-tl-slice").nth(2)                 # the outline moved to the slice Enter chose
     assert lit.count() == 1 and lit.get_attribute("x") == at.get_attribute("x")
     return label
+
+
+def _slice_label(said: str) -> str:
+    """The name in a time-line slice's description: "node 0: NllLossBackward0 — 1.39 ms, ..." -> NllLossBackward0."""
+    return said.split(": ", 1)[1].split(" — ")[0]
 
 
 def check_time_bars(view) -> str:

@@ -29,10 +29,14 @@ def _live_children() -> list[str]:
     resource tracker, a helper that lives as long as we do and is not listed). A child that was there before the
     test (the browser tests' Playwright driver, when they ran first in this process) is no rank."""
     table = _process_table()
-    helpers = {pid for pid, (parent, cmdline) in table.items()
-               if parent == os.getpid() and ("resource_tracker" in cmdline or "forkserver" in cmdline)}
+    helpers = _helpers(table, "resource_tracker") | _helpers(table, "forkserver")
     return [cmdline for pid, (parent, cmdline) in table.items()
             if pid not in helpers and pid not in _BEFORE and (parent == os.getpid() or parent in helpers)]
+
+
+def _helpers(table: dict[int, tuple[int, str]], name: str) -> set[int]:
+    """The pids of this process's children whose command line names multiprocessing's `name` helper."""
+    return {pid for pid, (parent, cmdline) in table.items() if parent == os.getpid() and name in cmdline}
 
 
 _BEFORE: set[int] = set()      # this process's children when the running test began
@@ -232,8 +236,7 @@ def test_a_rank_sees_the_environment_directory_and_path_of_the_call_not_of_the_f
     assert [s["variable"] for s in seen] == ["set after the server started"] * 2
     assert [s["cwd"] for s in seen] == [str(tmp_path)] * 2
     assert all(s["path"][0] == str(tmp_path) for s in seen)
-    server = [pid for pid, (parent, cmdline) in _process_table().items()
-              if parent == os.getpid() and "forkserver" in cmdline]
+    server = list(_helpers(_process_table(), "forkserver"))
     assert [s["parent"] for s in seen] == server * 2          # forks of the one fork server, not of this process
     assert _live_children() == []
 

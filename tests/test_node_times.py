@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from nbhelpers import graph_view, models, module_scope, node_times
+from nbhelpers import graph_view, memory_timeline, models, module_scope, node_times
 
 
 def _timed(model, x):
@@ -91,8 +91,7 @@ def test_the_time_line_lays_every_range_on_the_backwards_clock_and_its_picture_d
     assert sum(line["us"]) == pytest.approx(times.total_us)                     # the slices are the whole profile
     ends = [start + us for start, us in zip(line["start"], line["us"])]
     assert all(end <= later + 1e-6 for end, later in zip(ends, line["start"][1:]))  # one lane: none overlaps the next
-    from nbhelpers import memory_timeline
-
+    assert line["span"] == max(ends)                                         # the clock's length, for the drawings
     still = memory_timeline.render_svg(line)
     assert still.count('fill="#d9480f"') == len(nodes) and still.count('fill="#bbb"') == 1
     with pytest.raises(TypeError, match="node_times.timeline"):

@@ -209,9 +209,6 @@ def test_a_timed_backward_bars_each_box_and_links_its_time_line_both_ways_offlin
         assert min(ratios.values()) >= 3, ratios
 
 
-
-
-
 PAGES_WITH_VIEWS = ["02_autograd_graph", "05_compile_backends", "10_save_and_export", "11_custom_ops",
                     "12_error_casebook", "13_diagnose_your_model"]
 
