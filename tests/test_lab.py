@@ -332,10 +332,14 @@ def _put_in_lab(lab, name: str, nb=None) -> Path:
 
 
 def _wait_for_write(page, path: Path, since_ns: int, timeout_s: float = 90) -> None:
-    """Wait in the page, not in time.sleep: the page's requests pass local_page's route only while Playwright
-    runs, so a save the page starts on its own (autosave) would wait for us forever."""
+    """Wait until a save has begun (the mtime moves) and ended: jupyter_server's atomic_writing copies the file to
+    `.~name`, rewrites the file in place and removes the copy last (jupyter_server/services/contents/fileio.py,
+    atomic_writing), so a read between the two finds half a notebook (a CI run did). Wait in the page, not in
+    time.sleep: the page's requests pass local_page's route only while Playwright runs, so a save the page
+    starts on its own (autosave) would wait for us forever."""
     deadline = time.monotonic() + timeout_s
-    while path.stat().st_mtime_ns == since_ns:
+    backup = path.with_name(".~" + path.name)
+    while path.stat().st_mtime_ns == since_ns or backup.exists():
         assert time.monotonic() < deadline, f"{path.name} was not written within {timeout_s:.0f} s"
         page.wait_for_timeout(200)
 
@@ -502,10 +506,9 @@ def test_a_view_run_and_saved_in_the_lab_responds_in_the_static_site(lab, tmp_pa
     with browser.serve(tmp_path / "site") as site, browser.local_page(lab["base"], site) as (page, blocked):
         open_and_run_all(page, lab, path.name)
         _graph_views(page).first.locator(".gv-box", has_text="ExpBackward0").wait_for(timeout=120_000)
+        mtime = path.stat().st_mtime_ns
         page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not nbformat.read(path, as_version=4).metadata.get("widgets"):
-            time.sleep(0.5)
+        _wait_for_write(page, path, mtime, timeout_s=60)
         saved = nbformat.read(path, as_version=4)
         assert saved.cells[0].outputs and widget_state.widgets_without_state(saved) == []
         (page_path,) = notebook_tools.build_site([path], tmp_path / "site")
