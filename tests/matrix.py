@@ -7,8 +7,9 @@ It looks for interpreters on PATH (python3.10 ... python3.13, python3), in pyenv
 /usr/local/bin, and keeps each distinct executable once: Debian's 3.11.2 and pyenv's 3.11.7 are two
 interpreters. Each gets `.venv-matrix/<version>`, built by `make setup` from the project's own pins, and runs
 `make test` there. `--second` (CI) runs only the oldest interpreter found besides `--default` (the one `make
-test` uses). The table is printed and written to the report, with results.json beside it; every run's log is
-under build/matrix/. Standard library only: it runs before any venv exists.
+test` uses). `--setup-only` builds the venvs and stops (CI builds the second one beside the first). The table is
+printed and written to the report, with results.json beside it; every run's log is under build/matrix/. Standard
+library only: it runs before any venv exists.
 """
 from __future__ import annotations
 
@@ -130,6 +131,15 @@ def _make(target: str, interpreter: Interpreter, venv: Path, log, extra: list[st
         return 124
 
 
+def _set_up(interpreter: Interpreter, venv: Path, log, timeout_s: float) -> tuple[bool, int]:
+    """`make setup` in `venv`: (whether it is ready, the attempts it took). One retry: a set-up that fails once
+    is most often a download cut short (pip resumes from its cache); the log keeps both attempts."""
+    for attempt in (1, 2):
+        if _make("setup", interpreter, venv, log, [], timeout_s) == 0:
+            return True, attempt
+    return False, 2
+
+
 def run_one(interpreter: Interpreter, venv: Path, pytest_args: str, logs: Path, timeout_s: float) -> Outcome:
     logs.mkdir(parents=True, exist_ok=True)
     log_path, junit = logs / f"{venv.name}.log", logs / f"{venv.name}.xml"
@@ -137,12 +147,8 @@ def run_one(interpreter: Interpreter, venv: Path, pytest_args: str, logs: Path, 
     outcome = Outcome(interpreter, "set-up failed", log=str(log_path.relative_to(REPO)))
     with open(log_path, "w") as log:
         start = time.monotonic()
-        # One retry: a set-up that fails once is most often a download cut short (pip resumes from its cache);
-        # the log keeps both attempts and the report says the retry happened.
-        for outcome.setup_attempts in (1, 2):
-            if _make("setup", interpreter, venv, log, [], timeout_s) == 0:
-                break
-        else:
+        ready, outcome.setup_attempts = _set_up(interpreter, venv, log, timeout_s)
+        if not ready:
             outcome.setup_s = time.monotonic() - start
             log.flush()
             outcome.setup_tail = _tail(log_path)
@@ -157,6 +163,23 @@ def run_one(interpreter: Interpreter, venv: Path, pytest_args: str, logs: Path, 
     if code != 0 and not outcome.failures:
         outcome.failures = [f"make test exited with {code} (lint, or the run stopped): see {outcome.log}"]
     return outcome
+
+
+def set_up_only(found: list[Interpreter], taken: set[Path], logs: Path, timeout_s: float) -> int:
+    """`make setup` for each interpreter's venv (the venv a full run uses; the log `<venv>-setup.log` beside
+    its), one retry as there; the exit status says whether every one is ready."""
+    logs.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for interpreter in found:
+        venv = venv_for(interpreter, taken)
+        start = time.monotonic()
+        with open(logs / f"{venv.name}-setup.log", "w") as log:
+            ready, attempts = _set_up(interpreter, venv, log, timeout_s)
+        print(f"matrix: {interpreter.version} set up in {venv.relative_to(REPO)}: "
+              f"{'ready' if ready else 'failed'} after {time.monotonic() - start:.0f} s, "
+              f"{attempts} {'try' if attempts == 1 else 'tries'}", flush=True)
+        failed += not ready
+    return 1 if failed else 0
 
 
 def _tail(path: Path, lines: int = 25) -> list[str]:
@@ -206,6 +229,14 @@ def _write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _run_and_say(interpreter: Interpreter, venv: Path, options) -> Outcome:
+    print(f"matrix: {interpreter.version} in {venv.relative_to(REPO)} ...", flush=True)
+    o = run_one(interpreter, venv, options.pytest_args, REPO / "build" / "matrix", options.timeout_s)
+    print(f"matrix: {interpreter.version} {o.result}: {o.passed} passed, {o.failed} failed, {o.skipped} skipped; "
+          f"set-up {o.setup_s:.0f} s, suite {o.suite_s:.0f} s (log: {o.log})", flush=True)
+    return o
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tests/matrix.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pythons", default=os.environ.get("PYTHONS", ""),
@@ -216,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pytest-args", default="", help="what to hand pytest, e.g. 'notebooks'")
     parser.add_argument("--report", type=Path, default=REPO / "matrix" / "README.md")
     parser.add_argument("--timeout-s", type=float, default=3600, help="per make command")
+    parser.add_argument("--setup-only", action="store_true",
+                        help="only build each venv (make setup), no suite and no report: CI builds the second "
+                             "Python's while the first one's builds, and the later run finds it ready")
     options = parser.parse_args(argv)
     asked = shlex.split(options.pythons) or candidates(dict(os.environ))
     found = supported(identify(c) for c in asked)
@@ -228,14 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print("matrix: " + ", ".join(f"{i.version} ({_where(i.executable)})" for i in found), flush=True)
     taken: set[Path] = set()
-    outcomes = []
-    for interpreter in found:
-        venv = venv_for(interpreter, taken)
-        print(f"matrix: {interpreter.version} in {venv.relative_to(REPO)} ...", flush=True)
-        outcomes.append(run_one(interpreter, venv, options.pytest_args, REPO / "build" / "matrix", options.timeout_s))
-        o = outcomes[-1]
-        print(f"matrix: {interpreter.version} {o.result}: {o.passed} passed, {o.failed} failed, {o.skipped} skipped; "
-              f"set-up {o.setup_s:.0f} s, suite {o.suite_s:.0f} s (log: {o.log})", flush=True)
+    if options.setup_only:
+        return set_up_only(found, taken, REPO / "build" / "matrix", options.timeout_s)
+    outcomes = [_run_and_say(interpreter, venv_for(interpreter, taken), options) for interpreter in found]
     report = table(outcomes, options.pytest_args, _commit())
     print("\n" + report)
     _write(options.report, report)

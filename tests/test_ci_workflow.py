@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -195,8 +196,11 @@ def _with_fake_make(tmp_path: Path, command: list[str], **env) -> list[tuple[str
 
 def test_ci_run_runs_the_readme_test_command_then_the_notebooks_on_a_second_python(tmp_path):
     durations = tmp_path / "durations.md"
-    calls = _with_fake_make(tmp_path, [str(CI_RUN)], DURATIONS=str(durations))
+    calls = _with_fake_make(tmp_path, [str(CI_RUN)], DURATIONS=str(durations), CI_DIR=str(tmp_path / "ci"))
     loose = "REQUIRE_BROWSER= REQUIRE_SITE="
+    background = (loose, ["matrix", "MATRIX_ARGS=--second --setup-only --timeout-s 3600"])
+    assert calls.count(background) == 1         # the second Python's set-up, started first, ends when it ends
+    calls.remove(background)
     assert calls == [
         (loose, ["-s", "node_modules/.package-lock.json"]),
         ("REQUIRE_BROWSER=1 REQUIRE_SITE=1", ["test", f"PYTEST_ARGS=-p tests.durations --durations-table {durations}"]),
@@ -218,3 +222,38 @@ def test_the_summary_step_makes_the_durations_table_the_job_summary_even_after_a
     assert summary.read_text() == "earlier steps' lines\n# Where the suite's time goes\n"
     (step,) = [s for s in _jobs()["suite"]["steps"] if s.get("run") == ".ci/steps summary"]
     assert step["if"] == "${{ !cancelled() }}"          # after a red test step too
+
+
+STUCK_MAKE = """#!/bin/bash
+# The second Python's set-up hangs (and says its pid and its child's); make test fails once it has begun.
+case "$*" in
+  *--setup-only*) sleep 120 & echo "$$ $!" > "$SETUP_SAID.part" && mv "$SETUP_SAID.part" "$SETUP_SAID"; wait ;;
+  test*) while [ ! -s "$SETUP_SAID" ]; do sleep 0.05; done; exit 1 ;;
+esac
+"""
+
+
+def test_a_ci_run_that_fails_stops_the_background_set_up_and_everything_it_started(tmp_path):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "make").write_text(STUCK_MAKE)
+    (tmp_path / "bin" / "make").chmod(0o755)
+    said = tmp_path / "setup.pid"
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", "SETUP_SAID": str(said),
+           "CI_DIR": str(tmp_path / "ci"), "CHROMIUM": sys.executable}
+    env.pop("PYTHONS", None)
+    started = time.monotonic()
+    done = subprocess.run([str(CI_RUN)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and time.monotonic() - started < 30     # it did not wait for the set-up
+    pids = [int(pid) for pid in said.read_text().split()]                 # the fake make, and the sleep it started
+    deadline = time.monotonic() + 10
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(_alive, pids)), pids                                # both stopped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"

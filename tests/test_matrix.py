@@ -97,3 +97,23 @@ def test_a_setup_that_fails_once_is_retried_and_the_table_says_so(tmp_path, monk
                              60)
     assert outcome.result == "passed" and outcome.setup_attempts == 2
     assert "(2 tries)" in matrix.table([outcome], "", "abc1234")
+
+
+def test_setup_only_builds_each_venv_with_one_retry_and_runs_no_suite(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def make(target, interpreter, venv, log, extra, timeout_s):
+        calls.append((target, interpreter.version, venv.name))
+        return 1 if len(calls) == 1 else 0                      # the first set-up fails once, as a cut download does
+
+    monkeypatch.setattr(matrix, "_make", make)
+    monkeypatch.setattr(matrix, "REPO", tmp_path)
+    found = [matrix.Interpreter("3.10.13", "/p/python3.10"), matrix.Interpreter("3.12.1", "/p/python3.12")]
+    assert matrix.set_up_only(found, set(), tmp_path / "logs", 60) == 0
+    assert calls == [("setup", "3.10.13", "3.10.13"), ("setup", "3.10.13", "3.10.13"), ("setup", "3.12.1", "3.12.1")]
+    said = capsys.readouterr().out
+    assert "matrix: 3.10.13 set up in .venv-matrix/3.10.13: ready" in said and ", 2 tries" in said
+    assert "matrix: 3.12.1 set up in .venv-matrix/3.12.1: ready" in said and ", 1 try" in said
+    monkeypatch.setattr(matrix, "_make", lambda *args: 2)
+    assert matrix.set_up_only(found[:1], set(), tmp_path / "logs", 60) == 1
+    assert ": failed after" in capsys.readouterr().out
