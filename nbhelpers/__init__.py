@@ -34,7 +34,7 @@ The map. Each module has one layer and imports only from its own layer and the l
 | modtracker_hooks  | instrument | -                          | what MemTracker's module hooks keep alive, and when  |
 | eager_only        | instrument | 08                         | dispatch modes say when a compiled call ran eagerly  |
 | profiling         | instrument | 09                         | profiler traces as data; FLOPs, bytes, regime        |
-| node_times        | instrument | 09                         | a backward's time given to its nodes, on its clock   |
+| node_times        | instrument | 09                         | a pass's time given to its nodes or ops, on its clock |
 | flop_formulas     | instrument | -                          | FLOPs of the ops FlopCounterMode counts 0 (attention) |
 | module_work       | instrument | -                          | FLOPs and bytes per module, against FlopCounterMode  |
 | model_call        | instrument | -                          | a model's call as people pass it; its output's loss  |

@@ -296,3 +296,21 @@ def inputs_by_module(fg: ForwardGraph) -> dict[str, int]:
 
 def _meta_bytes(meta: TensorMeta) -> int:
     return math.prod(meta.shape) * getattr(torch, meta.dtype).itemsize
+
+
+# Not in __all__: what forward_view and node_times agree on (the notebooks use neither).
+def autograd_detaches(fg: ForwardGraph) -> set[int]:
+    """The ops that are autograd saving an output, not the model: an aten.detach of the op just before it, which
+    no op reads and which made no backward node. Autograd keeps a shallow copy of a saved output
+    (`tensor_data()`, SavedVariable in torch/csrc/autograd/saved_variable.cpp), which reaches a watching
+    dispatch mode as `aten.detach`, and reaches nothing without one: forward_view leaves them out of the
+    drawing, node_times out of the profile's ops."""
+    read = {s.op for op in fg.ops for s in op.sources}
+    return {op.id for op in fg.ops if op.op == "aten.detach.default" and op.backward is None and op.id not in read
+            and op.sources and op.sources[0].op == op.id - 1}
+
+
+def short_name(op: str) -> str:
+    """aten.addmm.default -> addmm; aten.add.Tensor -> add.Tensor (the overload, when it says something)."""
+    name = op.removeprefix("aten.")
+    return name.removesuffix(".default")

@@ -21,32 +21,47 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from nbhelpers import graph_view
+from nbhelpers import forward_graph, graph_view
 from nbhelpers.forward_graph import ForwardGraph, ForwardOp, TensorMeta
 from nbhelpers.graph_view import GraphData, SavedRow, ViewNode
 
 __all__ = ["twin"]
 
 
-def twin(fg: ForwardGraph) -> tuple[GraphData, GraphData | None, tuple[tuple[int, int], ...],
-                                    tuple[tuple[int, tuple[int, ...]], ...]]:
+def twin(fg: ForwardGraph, times=None) -> tuple[GraphData, GraphData | None, tuple[tuple[int, int], ...],
+                                                tuple[tuple[int, tuple[int, ...]], ...]]:
     """(forward view data, backward view data or None, (forward node, backward node) pairs, and for each
-    backward node that saved tensors the forward nodes that made them)."""
-    inputs = list(dict.fromkeys(s.name for op in fg.ops for s in op.sources
-                                if s.op is None and s.name.startswith("input ")))      # in the order first read
-    hidden = _autograd_detaches(fg)
-    shown = [op for op in fg.ops if op.id not in hidden]
-    node_of = {op.id: len(inputs) + k for k, op in enumerate(shown)}
+    backward node that saved tensors the forward nodes that made them). `times` (node_times.forward's, of this
+    graph) puts each op's time and profiler events in its details, and what no op owns in the title."""
+    inputs = _inputs(fg)
+    node_of = node_numbers(fg)
+    shown = [fg.ops[i] for i in node_of]
     backward = _backward_data(fg)
     saved = _saved_rows(fg, backward)
+    timed = {t.node: t for t in times.nodes} if times is not None else {}
     nodes = [ViewNode(name, "input", tip=f"{name}: an argument of the model") for name in inputs]
-    nodes += [_op_node(fg, op, saved.get(op.id, ())) for op in shown]
+    nodes += [_op_node(fg, op, saved.get(op.id, ()), timed.get(op.id), times) for op in shown]
     edges, labels = _edges(shown, inputs, node_of)
-    data = GraphData(tuple(nodes), tuple(edges), (), _title(fg, len(hidden)), "its output goes to",
-                     fg.module_types, tuple(labels))
+    title = _title(fg, len(fg.ops) - len(shown)) + (f"; {graph_view.time_title(times)}" if times is not None else "")
+    data = GraphData(tuple(nodes), tuple(edges), (), title, "its output goes to", fg.module_types, tuple(labels),
+                     clock="forward")
     pairs = tuple((node_of[op.id], node) for op in shown for node in ((op.backward,) if op.backward is not None
                                                                        else ()) + op.also)
     return data, backward, pairs, _saved_by(fg, node_of, inputs)
+
+
+def node_numbers(fg: ForwardGraph) -> dict[int, int]:
+    """op id -> its node in the forward view, for each op drawn (in the order they ran): after the inputs."""
+    hidden = forward_graph.autograd_detaches(fg)
+    shown = [op.id for op in fg.ops if op.id not in hidden]
+    first = len(_inputs(fg))
+    return {op: first + k for k, op in enumerate(shown)}
+
+
+def _inputs(fg: ForwardGraph) -> list[str]:
+    """The model's arguments that the forward read, in the order first read."""
+    return list(dict.fromkeys(s.name for op in fg.ops for s in op.sources
+                              if s.op is None and s.name.startswith("input ")))
 
 
 def _backward_data(fg: ForwardGraph) -> GraphData | None:
@@ -61,14 +76,6 @@ def _backward_data(fg: ForwardGraph) -> GraphData | None:
     return replace(data, title=title)
 
 
-def _autograd_detaches(fg: ForwardGraph) -> set[int]:
-    """The ops that are autograd saving an output: an aten.detach of the op just before it, which no op reads
-    and which made no backward node."""
-    read = {s.op for op in fg.ops for s in op.sources}
-    return {op.id for op in fg.ops if op.op == "aten.detach.default" and op.backward is None and op.id not in read
-            and op.sources and op.sources[0].op == op.id - 1}
-
-
 def _title(fg: ForwardGraph, hidden: int) -> str:
     title = "forward: the ops the model ran"
     if hidden:
@@ -81,22 +88,18 @@ def _first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {text[0] if text else ''}"
 
 
-def _short(op: str) -> str:
-    """aten.addmm.default -> addmm; aten.add.Tensor -> add.Tensor (the overload, when it says something)."""
-    name = op.removeprefix("aten.")
-    return name.removesuffix(".default")
-
-
 def _shape(meta: TensorMeta) -> str:
     return f"[{', '.join(map(str, meta.shape))}]"
 
 
-def _op_node(fg: ForwardGraph, op: ForwardOp, saved: tuple[SavedRow, ...]) -> ViewNode:
+def _op_node(fg: ForwardGraph, op: ForwardOp, saved: tuple[SavedRow, ...], timing=None, times=None) -> ViewNode:
     kind = "error" if op.failed else "saves" if saved else "op"
     ins = ", ".join(f"{_shape(m)} {m.dtype}" for m in op.inputs)
     outs = ", ".join(f"{_shape(m)} {m.dtype}" for m in op.outputs) or "nothing: it raised"
-    return ViewNode(_short(op.op), kind, op.modules, saved, op.op, tip=f"{_short(op.op)}: {ins} -> {outs}",
-                    notes=_notes(fg, op))
+    label = forward_graph.short_name(op.op)
+    return ViewNode(label, kind, op.modules, saved, op.op, tip=f"{label}: {ins} -> {outs}",
+                    notes=_notes(fg, op), measured=graph_view.time_rows(timing, times),
+                    share=times.share(timing) if timing else 0.0)
 
 
 def _notes(fg: ForwardGraph, op: ForwardOp) -> tuple[tuple[str, str], ...]:

@@ -47,7 +47,7 @@ FILL = {"op": "#dbe8f7", "leaf": "#d9f2d9", "saves": "#fde7c8", "group": "#ece6f
         "guard": "#f7c6c6", "error": "#e05252", "fold": "#f3dcef"}
 MARK_STROKE = {"added": "#1a7f1a", "removed": "#c22", "changed": "#b06000"}
 HEAT = "#d9480f"                               # the bar of a box's share of the measured time
-TIME_BAR = "bar: share of the backward's time (longest: the slowest box)"
+TIME_BAR = "bar: share of the {clock}'s time (full: the slowest box)"    # the pass timed: GraphData.clock
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,7 @@ class View:
     edges: tuple[Route, ...]
     width: float
     height: float
+    clock: str = "backward"                    # the pass whose time the bars share (GraphData.clock)
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ def view(data, expanded=frozenset(), info: dict[str, ModuleInfo] | None = None,
                                                       zip(pairs, drawing.routes, labels)], drawing.width, columns=columns)
     edges = tuple(Route(s, d, route, label, at) for (s, d), route, label, at in
                   zip(pairs, drawing.routes, labels, places))
-    return View(frozenset(expanded), boxes, edges, width, drawing.height)
+    return View(frozenset(expanded), boxes, edges, width, drawing.height, data.clock)
 
 
 def _carried(data, box_of: dict[int, int]) -> dict[tuple[int, int], list[str]]:
@@ -190,7 +191,7 @@ def _fold_box(data, key: str, nodes: list[int], info: dict[str, ModuleInfo], fou
 def _with_share(data, b: Box) -> Box:
     """A timed graph's box with its nodes' share of the time, also in its tooltip (graph_view.js: withShare)."""
     share = sum(data.nodes[i].share for i in b.members)
-    return dataclasses.replace(b, share=share, title=f"{b.title} · {share:.1%} of the backward") if share else b
+    return dataclasses.replace(b, share=share, title=f"{b.title} · {share:.1%} of the {data.clock}") if share else b
 
 
 def _mark(data, nodes: list[int]) -> str:
@@ -321,7 +322,7 @@ def legend_items(shown: View) -> list[tuple[str, str, str]]:
     """(text, fill, outline) for every fill and outline the view uses, in the order first seen."""
     kinds = dict.fromkeys(b.kind for b in shown.boxes)
     marks = dict.fromkeys(b.mark for b in shown.boxes if b.mark)
-    timed = [(TIME_BAR, HEAT, HEAT)] if any(b.share for b in shown.boxes) else []
+    timed = [(TIME_BAR.format(clock=shown.clock), HEAT, HEAT)] if any(b.share for b in shown.boxes) else []
     return [(KINDS[k], FILL[k], "#555") for k in kinds] + [(MARKS[m], "#fff", MARK_STROKE[m]) for m in marks] + timed
 
 

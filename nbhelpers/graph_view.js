@@ -44,7 +44,7 @@ export function unpackState(state) {
   const folds = foldsOf(nodes, info);
   nodes.forEach((n, i) => { n.rows = rowsOf(nodes, i, state.targets_label || "gradients to", folds); });
   return { nodes, info, folds, where: placesOf(folds), order: state.order, title: state.title || "",
-    expanded: state.expanded || [], matched: state.matched || [], lit: new Map(state.lit || []) };
+    clock: state.clock || "backward", expanded: state.expanded || [], matched: state.matched || [], lit: new Map(state.lit || []) };
 }
 
 // graph_folds.folds: runs of two or more numbered siblings with consecutive numbers, of one known class, whose
@@ -212,7 +212,7 @@ export function viewOf(graph, expanded) {
 
 function withShare(graph, b) {     // graph_boxes._with_share
   const share = b.members.reduce((t, i) => t + graph.nodes[i].share, 0);
-  return share ? { ...b, share, title: `${b.title} · ${(share * 100).toFixed(1)}% of the backward` } : { ...b, share };
+  return share ? { ...b, share, title: `${b.title} · ${(share * 100).toFixed(1)}% of the ${graph.clock}` } : { ...b, share };
 }
 
 // edge_labels.place, line for line: each label beside its own edge, clear of boxes and of the labels placed

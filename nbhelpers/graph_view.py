@@ -89,6 +89,7 @@ class GraphData:
     targets_label: str = "gradients to"        # what an edge means, in the details panel
     module_types: tuple[tuple[str, str], ...] = ()   # (module path, class name): "layer1 · Sequential"
     edge_labels: tuple[str, ...] = ()          # one per edge, drawn on it (a forward graph's tensor shapes), or none
+    clock: str = "backward"                    # the pass a node's `share` is of: "backward", "forward"
 
 
 def from_autograd(graph: Graph, times=None) -> GraphData:
@@ -112,24 +113,26 @@ def from_autograd(graph: Graph, times=None) -> GraphData:
         fills = (("fills", f"{n.label}.grad {list(n.shape)}"),) if n.is_leaf else ()
         timing = timed.get(len(nodes))
         nodes.append(ViewNode(n.label, kind, group, saved, n.name if n.is_leaf else "", notes=fills,
-                              measured=_time_rows(timing, times), share=times.share(timing) if timing else 0.0))
+                              measured=time_rows(timing, times), share=times.share(timing) if timing else 0.0))
     return GraphData(tuple(nodes), tuple((e.src, e.dst) for e in graph.edges), graph.order,
-                     title=_time_title(times) if times is not None else "", module_types=graph.module_types)
+                     title=time_title(times) if times is not None else "", module_types=graph.module_types)
 
 
-def _time_rows(timed, times) -> tuple[tuple[str, str], ...]:
-    """A node's time and share of the backward, and its aten ops by self time (the costliest first)."""
+def time_rows(timed, times) -> tuple[tuple[str, str], ...]:
+    """A node's (or op's) time and share of its pass, and its aten ops by self time (the costliest first); none
+    for a node not timed."""
     if timed is None:
         return ()
     ops = sorted(timed.ops, key=lambda op: -op[1])
-    return (("time", f"{timed.us:,.0f} us, {times.share(timed):.1%} of the backward"),
+    return (("time", f"{timed.us:,.0f} us, {times.share(timed):.1%} of the {times.clock}"),
             ("profiler events", ", ".join(f"{name} {us:,.0f} us" for name, us in ops) or "none"))
 
 
-def _time_title(times) -> str:
-    """The backward's total, and what the profiler saw outside every node."""
+def time_title(times) -> str:
+    """The pass's total, and what the profiler saw outside every node (or op)."""
+    unit = "op" if times.clock == "forward" else "node"
     outside = ", ".join(f"{name} {us:,.0f} us" for name, us in times.unowned) or "nothing"
-    return f"backward {times.total_us:,.0f} us; outside every node: {outside}"
+    return f"{times.clock} {times.total_us:,.0f} us; outside every {unit}: {outside}"
 
 
 def details(data: GraphData, node: int) -> tuple[tuple[str, str], ...]:
@@ -198,7 +201,7 @@ def _state(data: GraphData, expanded: frozenset[str], info: dict | None = None) 
                        targets, n.op, n.mark, list(n.links), [list(r) for r in n.notes], n.tip, edge_labels,
                        [list(r) for r in n.measured], n.share]
                       for n, targets, edge_labels in zip(data.nodes, _targets(data), labels)],
-            "order": list(data.order), "title": data.title, "targets_label": data.targets_label,
+            "order": list(data.order), "title": data.title, "targets_label": data.targets_label, "clock": data.clock,
             "expanded": sorted(expanded)}
 
 
@@ -289,28 +292,56 @@ def show_diff(d, titles: tuple[str, str] | None = None):
     return _paned_widget(sides, states)
 
 
-def show_twin(fg, expanded=None):
+def show_twin(fg, expanded=None, *, times=None, timeline: dict | None = None):
     """The forward graph (`forward_graph.trace`) beside the backward graph it built, linked node for node: a
     click on a forward op selects the backward node it made, and lights the forward ops whose tensors that node
     saved; a click on a backward node selects the op that made it. Edges of the forward graph carry the
     tensors' shapes; hovering shows an op's shapes. A forward that raised is drawn alone, up to the failing op
-    (in red), its error in the title. `expanded` (module paths) opens the same modules on both sides."""
-    return _paned_widget(*_twin_panes(fg, expanded))
+    (in red), its error in the title. `expanded` (module paths) opens the same modules on both sides.
+    `times` (node_times.forward's, of `fg`) bars each forward op by its share of the forward and lists its
+    profiler events; `timeline` (node_times.timeline(fg, times)) is drawn above: a click on a slice selects its
+    op, selecting an op outlines its slice."""
+    timeline = _on_forward_view(fg, timeline)
+    widget = _paned_widget(*_twin_panes(fg, expanded, times), timeline)
+    if timeline:
+        from nbhelpers import memory_timeline
+        widget._above = memory_timeline.render_svg(timeline)
+    return widget
 
 
-def twin_traits(fg, expanded=None) -> dict:
+def twin_traits(fg, expanded=None, *, times=None, timeline: dict | None = None) -> dict:
     """The traits `show_twin` gives its widget, with no widget made (see `traits`)."""
-    sides, states = _twin_panes(fg, expanded)
+    sides, states = _twin_panes(fg, expanded, times)
+    timeline = _on_forward_view(fg, timeline)
     return {"graph": _text(states[0]), "other": _text(states[1]) if len(states) > 1 else "", "selected": -1,
-            "step": -1, "expanded": sorted(sides[0][1].expanded), "timeline": ""}
+            "step": -1, "expanded": sorted(sides[0][1].expanded), "timeline": _text(timeline) if timeline else ""}
 
 
-def _twin_panes(fg, expanded) -> tuple[tuple, list[dict]]:
+def _on_forward_view(fg, timeline: dict | None) -> dict | None:
+    """A forward's time-line (node_times.timeline: each slice's op id) with each slice's node in the forward pane."""
+    if not timeline:
+        return timeline
+    if timeline.get("kind") != "time" or timeline.get("clock") != "forward":
+        raise ValueError("graph_view.show_twin: `timeline` must be a forward's time-line, node_times.timeline(fg, "
+                         "times) of what node_times.forward returned")
+    from nbhelpers import forward_view
+    on_view = forward_view.node_numbers(fg)
+    if any(n >= 0 and n not in on_view for n in timeline["node"]):
+        raise ValueError("graph_view.show_twin: `timeline` names ops this graph does not draw; give the time-line "
+                         "of this graph's node_times.forward")
+    return {**timeline, "node": [on_view[n] if n >= 0 else -1 for n in timeline["node"]]}
+
+
+def _twin_panes(fg, expanded, times=None) -> tuple[tuple, list[dict]]:
     from nbhelpers import forward_graph, forward_view
 
     arguments.require("graph_view.show_twin", "fg", fg, forward_graph.ForwardGraph,
                       "a forward_graph.ForwardGraph, such as forward_graph.trace(model, x)")
-    forward, backward, pairs, saved_by = forward_view.twin(fg)
+    if times is not None:
+        arguments.require("graph_view.show_twin", "times", times, node_times.ForwardTimes,
+                          "a node_times.ForwardTimes of the same graph (node_times.forward(model, x)), or None")
+        node_times.view_nodes("graph_view.show_twin", fg, times)
+    forward, backward, pairs, saved_by = forward_view.twin(fg, times)
     sides, states = _panes((forward,) if backward is None else (forward, backward), expanded)
     states[0]["lit"] = [[node, list(lit)] for node, lit in saved_by]
     if len(states) > 1:
@@ -334,9 +365,9 @@ def _panes(datas, expanded=None) -> tuple[tuple, list[dict]]:
     return tuple(sides), states
 
 
-def _paned_widget(sides: tuple, states: list[dict]):
+def _paned_widget(sides: tuple, states: list[dict], timeline: dict | None = None):
     widget = _widget_class()(graph=_text(states[0]), other=_text(states[1]) if len(states) > 1 else "",
-                             expanded=sorted(sides[0][1].expanded))
+                             expanded=sorted(sides[0][1].expanded), timeline=_text(timeline) if timeline else "")
     widget._sides = sides
     return widget
 

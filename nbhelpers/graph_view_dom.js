@@ -8,7 +8,7 @@ const KINDS = { op: "op", saves: "op that saves tensors for backward", leaf: "le
   guard: "a guard that failed: why it recompiled", error: "the op that raised: the forward stopped here",
   fold: "repeated blocks, folded: click to open one" };
 const FILLS = { line: "linebox", call: "input", entry: "op", guard: "break" };   // kinds that share a colour
-const TIME_BAR = "bar: share of the backward's time (longest: the slowest box)";    // graph_boxes.TIME_BAR
+const timeBarKey = (clock) => `bar: share of the ${clock}'s time (full: the slowest box)`;   // graph_boxes.TIME_BAR
 const MARKS = { added: "only in the right graph", removed: "only in the left graph", changed: "saved bytes differ" };
 const STATES = { selected: "selected", linked: "linked to the selection", match: "matches the search",
   share: "shares saved memory with the hovered box", run: "runs now (the stepper)",
@@ -405,7 +405,8 @@ function legend(parent, panes) {
   if (panes[0].graph.order.length) states.push("run");
   const items = [...[...kinds].map((k) => [`gv-k-${k}`, KINDS[k]]), ...[...marks].map((m) => [`gv-${m}`, MARKS[m]]),
     ...states.map((s) => [`gv-${s}`, STATES[s]])];
-  if (panes.some((p) => p.view.longest)) items.push(["gv-time", TIME_BAR]);
+  const timed = panes.find((p) => p.view.longest);
+  if (timed) items.push(["gv-time", timeBarKey(timed.graph.clock)]);
   for (const [cls, text] of items) {
     const item = tag("span", undefined, parent);
     tag("i", undefined, item, `gv-sw ${cls}`);

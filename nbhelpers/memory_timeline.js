@@ -1,8 +1,8 @@
 // The front-end of nbhelpers.memory_timeline, joined into graph_view's ES module (graph_view.esm_source()): a
 // diagnosis's live bytes after every op, stacked by category or by module, above its backward graph; or, for a
-// timeline of kind "time" (node_times.timeline), a backward's nodes as slices on its clock. Hover (or the arrow
-// keys) shows the op or slice; a click (or Enter) selects its backward node in the graph below, and selecting a
-// node in the graph lights its ops or slices here. Names come from user code: they go in with textContent.
+// timeline of kind "time" (node_times.timeline), a backward's nodes (or a forward's ops: `clock`) as slices on its
+// clock. Hover (or the arrow keys) shows the op or slice; a click (or Enter) selects its node in the graph below,
+// and selecting a node in the graph lights its ops or slices here. Names come from user code: they go in with textContent.
 const TL_PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"];
 const TL_W = 720, TL_H = 150, TL_PAD = 8;
 const TL_CSS = `
@@ -43,9 +43,10 @@ function tlBytes(n) {
 
 class Timeline {
   constructor(tl, parent, controller) {
-    const time = tl.kind === "time", n = tl.node.length;
+    const time = tl.kind === "time", n = tl.node.length, clock = tl.clock || "backward";
+    const unit = clock === "forward" ? "op" : "node";
     Object.assign(this, { tl, controller, time, by: time ? "time" : "category", at: -1, litNode: -1,
-      end: tl.span || 1 });
+      end: tl.span || 1, clock, unit });
     const root = tag("div", undefined, parent, "gv-tl");
     tag("style", TL_CSS, root);
     const head = tag("div", undefined, root, "gv-tl-head");
@@ -55,13 +56,13 @@ class Timeline {
       b.addEventListener("click", () => this.draw(by));
       return b;
     });
-    const what = time ? "time-line: arrow keys move along the backward's nodes, Enter selects the slice's node"
+    const what = time ? `time-line: arrow keys move along the ${clock}'s ${unit}s, Enter selects the slice's ${unit}`
       : "memory timeline: arrow keys move along the ops, Enter selects the node that holds the bytes";
     this.chart = svg("svg", { class: "gv-tl-chart", viewBox: `0 0 ${TL_W} ${TL_H}`, preserveAspectRatio: "none",
       tabindex: 0, role: "slider", "aria-label": what,
       "aria-valuemin": 0, "aria-valuemax": Math.max(0, n - 1), "aria-valuenow": 0 }, root);
     this.key = tag("div", undefined, root, "gv-legend");
-    this.text = tag("div", time ? "Hover the time-line for a node's time; click it to select the node below."
+    this.text = tag("div", time ? `Hover the time-line for a ${unit}'s time; click it to select the ${unit} below.`
       : "Hover the timeline for an op; click it to select the node that holds its bytes.", root, "gv-tl-info");
     this.text.setAttribute("aria-live", "polite");
     this.wire();
@@ -108,8 +109,11 @@ class Timeline {
   drawSlices() {
     this.tl.node.forEach((node, i) => svg("rect", { class: node >= 0 ? "gv-tl-slice" : "gv-tl-slice gv-tl-outside",
       ...this.sliceBox(i) }, this.chart));
-    this.keyItem("a node's range: its backward formula and the aten ops it called", "var(--gv-heat)");
-    this.keyItem("outside every node (backward()'s own work)", "var(--gv-border)");
+    const forward = this.clock === "forward";
+    this.keyItem(forward ? "an op's event: its kernel and the ops it called"
+      : "a node's range: its backward formula and the aten ops it called", "var(--gv-heat)");
+    this.keyItem(forward ? "outside every op (a composite op's own work, around the ops it called)"
+      : "outside every node (backward()'s own work)", "var(--gv-border)");
   }
 
   sliceBox(i) {
@@ -144,9 +148,9 @@ class Timeline {
     const tl = this.tl, s = tl.strings, node = tl.node[i];
     if (this.time) {
       const share = tl.total ? tl.us[i] / tl.total : 0, name = s[tl.name[i]];
-      return `${node >= 0 ? `node ${node}: ${name}` : `outside every node: ${name}`} — ${tlMicros(tl.us[i])}, ` +
-        `${(100 * share).toFixed(1)}% of the backward, from ${tlMicros(tl.start[i])}\n  ` +
-        (node >= 0 ? "(click or Enter to select it)" : "no node of the graph ran this");
+      return `${node >= 0 ? `node ${node}: ${name}` : `outside every ${this.unit}: ${name}`} — ${tlMicros(tl.us[i])}, ` +
+        `${(100 * share).toFixed(1)}% of the ${this.clock}, from ${tlMicros(tl.start[i])}\n  ` +
+        (node >= 0 ? "(click or Enter to select it)" : `no ${this.unit} of the graph ran this`);
     }
     const graph = this.controller.panes[0].graph, held = node >= 0 ? graph.nodes[node].label : "";
     const line = s[tl.line[i]] ? `\n  at ${s[tl.line[i]]}` : "";

@@ -202,7 +202,7 @@ def _render_time_svg(timeline: dict, width: int, height: int) -> str:
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}">'
             f'<rect width="{width}" height="{height}" fill="#fff"/>{"".join(shapes)}'
             f'<text x="10" y="14" font-size="12" font-family="sans-serif">{escape(timeline["title"])}; grey: outside '
-            f'every node</text></svg>')
+            f'every {"op" if timeline.get("clock") == "forward" else "node"}</text></svg>')
 
 
 OUTSIDE = "#bbb"          # graph_view_dom.js's --gv-border, light theme (a node's slice: graph_boxes.HEAT)

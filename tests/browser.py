@@ -462,6 +462,33 @@ def check_time_line(view) -> str:
     return label
 
 
+def check_forward_time_line(view) -> str:
+    """A twin view of a timed forward (graph_view.show_twin(fg, times=..., timeline=...)): the forward pane's boxes
+    are barred and the legend says of what; the keyboard walks the slices to the first addmm and Enter selects it in
+    the forward pane, and with it the backward node it made; a click on the `t` box beside it moves the outline to
+    that op's slice. Returns the backward node's label."""
+    chart, info = view.locator(".gv-tl-chart"), view.locator(".gv-tl-info")
+    left, right = view.locator(".gv-pane").nth(0), view.locator(".gv-pane").nth(1)
+    assert left.locator("rect.gv-time").count() >= 1 and right.locator("rect.gv-time").count() == 0
+    assert "bar: share of the forward's time" in view.locator(".gv-legend").first.inner_text()
+    chart.focus()
+    view.page.keyboard.press("Home")
+    for _ in range(int(chart.get_attribute("aria-valuemax")) + 1):
+        if ": addmm — " in info.inner_text():
+            break
+        view.page.keyboard.press("ArrowRight")
+    said = info.inner_text()
+    assert said.startswith("node ") and ": addmm — " in said and "% of the forward" in said, said
+    view.page.keyboard.press("Enter")
+    assert "(selected below)" in info.inner_text() and selected_label(left) == "addmm"
+    made = selected_label(right)
+    assert made == "AddmmBackward0" and chart.get_attribute("data-lit") == "1"
+    click_label(left, "t", 0)
+    assert selected_label(left) == "t" and chart.get_attribute("data-lit") == "1"
+    assert info.inner_text().startswith("node ") and ": t — " in info.inner_text(), info.inner_text()
+    return made
+
+
 def _slice_label(said: str) -> str:
     """The name in a time-line slice's description: "node 0: NllLossBackward0 — 1.39 ms, ..." -> NllLossBackward0."""
     return said.split(": ", 1)[1].split(" — ")[0]

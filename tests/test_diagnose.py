@@ -363,6 +363,21 @@ def test_a_forward_op_is_held_by_the_node_that_saved_its_bytes_and_a_backward_op
             assert made & {s.storage_ptr for s in graph.nodes[node].saved}, e
 
 
+def test_the_backward_is_timed_node_by_node_on_the_same_graph_the_memory_lens_traced(outer):
+    graph, times = outer.timed
+    assert [n.label for n in graph.nodes] == [n.label for n in outer.graph.nodes]     # the same step's graph
+    assert [n.modules for n in graph.nodes] == [n.modules for n in outer.graph.nodes]
+    assert sorted(t.node for t in times.nodes) == list(range(len(graph.nodes)))        # every node once
+    assert sum(t.us for t in times.nodes) + sum(us for _, us in times.unowned) == pytest.approx(times.total_us)
+    assert outer.seconds["backward's time by node"] > 0
+    shown = outer.show_times()
+    assert shown.timeline and "<rect" in shown._above
+    inference = diagnose.run(nn.Linear(3, 2).eval(), torch.randn(2, 3))
+    assert inference.timed is None
+    with pytest.raises(ValueError, match="no backward was timed"):
+        inference.show_times()
+
+
 def test_the_browser_stacks_the_timeline_as_python_does(outer, tmp_path):
     from tests.test_graph_layout_js import _node
     from nbhelpers import graph_view
@@ -409,7 +424,7 @@ def test_the_page_is_one_file_under_a_megabyte_that_asks_for_nothing(tmp_path):
     assert len(page.encode()) <= diagnosis_view.MAX_PAGE_BYTES
     assert "default-src 'none'" in page and " src=" not in page and " href=" not in page and "<link" not in page
     data = json.loads(page.split('id="report-data">', 1)[1].split("</script>", 1)[0])
-    assert len(data["widgets"]) == 2 and data["widgets"][0]["timeline"]
+    assert len(data["widgets"]) == 3 and data["widgets"][0]["timeline"] and data["widgets"][1]["timeline"]
 
 
 def test_a_hostile_name_in_the_data_cannot_end_the_script(tmp_path):

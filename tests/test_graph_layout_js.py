@@ -99,6 +99,7 @@ def _cases() -> dict[str, graph_view.GraphData]:
     cases["deep forward"], _, _, _ = forward_view.twin(forward_graph.trace(deep, torch.randn(2, 6)))   # long
     # edges from the parameters at the top, so labels past their first segments and straight vertical runs
     cases["mlp timed"] = _timed(models.mlp(), torch.rand(4, 28, 28))    # measured rows in the panel
+    cases["mlp forward timed"] = forward_view.twin(*node_times.forward(models.mlp(), torch.rand(4, 28, 28)))[0]
     cases["outside residual"] = _graph(OutsideResidual(), lambda m: m(torch.randn(2, 4, requires_grad=True)).sum())
     cases["gpt2"] = _graph(_tiny_gpt2(), lambda m: m(input_ids=torch.arange(8).reshape(2, 4)).logits.sum())
     return cases

@@ -286,6 +286,8 @@ def test_a_timed_backward_bars_each_box_and_links_its_time_line_both_ways_in_jup
     view.locator(".gv-box").first.wait_for(timeout=60_000)
     assert browser.check_time_bars(view).endswith("Backward0")
     assert browser.check_time_line(view) == "NllLossBackward0"       # the loss's node runs first
+    twin = browser.view_with_title(page, "outside every op")         # the forward's ops, timed, beside the backward
+    assert browser.check_forward_time_line(twin) == "AddmmBackward0"
 
 
 def test_make_lab_saves_widget_state_by_default(lab):
@@ -379,6 +381,9 @@ def test_the_diagnosis_notebook_opened_and_saved_without_running_keeps_its_views
     view = _graph_views(page).first
     view.locator(".gv-tl-chart").wait_for(timeout=60_000)
     assert browser.check_timeline(view, "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
+    timed = browser.view_with_title(page, "outside every node")      # Diagnosis.show_times(): the backward's time
+    browser.check_time_bars(timed)
+    browser.check_time_line(timed)
 
 
 def _set_autosave(lab, seconds: float | None) -> None:

@@ -59,9 +59,11 @@ def _check_outer(page, scheme: str) -> None:
     assert lesson.evaluate("a => a.href") == (built if built.is_file() else REPO / "notebooks" /
                                               "02_autograd_graph.ipynb").as_uri()
     views = page.locator(".gv")
-    assert views.count() == 2
+    assert views.count() == 3
     assert browser.check_timeline(views.nth(0), "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
-    twin = views.nth(1)
+    browser.check_time_bars(views.nth(1))                # the backward's time: bars, then its time-line both ways
+    browser.check_time_line(views.nth(1))
+    twin = views.nth(2)
     browser.click_label(twin.locator(".gv-pane").nth(0), "tanh", 0)
     assert browser.selected_label(twin.locator(".gv-pane").nth(1)) == "TanhBackward0"
     print(f"{browser.check_labels_fit(page)} labels inside their boxes at 10 px or more")

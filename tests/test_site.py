@@ -195,6 +195,9 @@ def test_a_diagnosis_timeline_selects_the_node_holding_the_bytes_offline(page, s
     view = page.locator(".gv").first
     view.locator(".gv-tl-chart").wait_for(timeout=60_000)
     assert browser.check_timeline(view, "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
+    timed = browser.view_with_title(page, "outside every node")      # Diagnosis.show_times(): the backward's time
+    browser.check_time_bars(timed)
+    browser.check_time_line(timed)
 
 
 @pytest.mark.browser
@@ -204,6 +207,8 @@ def test_a_timed_backward_bars_each_box_and_links_its_time_line_both_ways_offlin
     view.locator(".gv-box").first.wait_for(timeout=60_000)
     assert browser.check_time_bars(view).endswith("Backward0")
     assert browser.check_time_line(view) == "NllLossBackward0"       # the loss's node runs first
+    twin = browser.view_with_title(page, "outside every op")         # the forward's ops, timed, beside the backward
+    assert browser.check_forward_time_line(twin) == "AddmmBackward0"
     for dark in (False, True):               # a bar is no text: 3:1 against each fill of a backward's box
         ratios = page.evaluate(CONTRAST, [dark, "--gv-heat", ["op", "leaf", "saves", "group", "fold"]])
         assert min(ratios.values()) >= 3, ratios

@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 
 from nbhelpers import (arguments, autograd_graph, compile_report, devices, eager_only, forward_graph, memory,
-                       model_call, module_scope, module_work, profiling, progress)
+                       model_call, module_scope, module_work, node_times, profiling, progress)
 from nbhelpers.diagnosis import findings, leaks, lenses
 from nbhelpers.diagnosis.findings import Finding
 from nbhelpers.diagnosis.measured import Agreement, ExportResult, Measured, ModeEffect, WhatIf
@@ -52,6 +52,8 @@ class Diagnosis:
     traced_at: int = -1                         # the event index at which the graph was traced
     work: dict[str, module_work.Work] = field(default_factory=dict)
     regime: profiling.Regime | None = None
+    # the backward once more under the profiler: its graph and each node's time (training steps)
+    timed: tuple[autograd_graph.Graph, node_times.BackwardTimes] | None = None
     compile: compile_report.CompileReport | None = None     # over several input shapes
     export: tuple[ExportResult, ...] = ()
     checkpoint: tuple[WhatIf, ...] = ()
@@ -72,6 +74,12 @@ class Diagnosis:
         timeline selects the node that holds the bytes."""
         from nbhelpers.diagnosis import view
         return view.show(self)
+
+    def show_times(self):
+        """The backward's time, node by node, as a time-line above its graph (node_times): a click on a slice
+        selects its node, selecting a node outlines its slice, and each box is barred by its share."""
+        from nbhelpers.diagnosis import view
+        return view.show_times(self)
 
     def save_html(self, path) -> None:
         """One self-contained page (no CDN, no request): findings, agreements, the timeline and the graphs."""
@@ -130,8 +138,8 @@ def _diagnosis(model: str, inputs: tuple[str, ...], step: str, ranked: tuple[Fin
     return Diagnosis(model, inputs, step, ranked, m.agreements, error=m.error, error_where=m.error_where,
                      graph=m.graph, forward=m.forward, saved_by_module=m.saved_by_module, tracker=m.tracker,
                      categories=m.categories, nodes=m.nodes, traced_at=m.traced_at, work=m.work, regime=m.regime,
-                     compile=m.compile, export=m.export, checkpoint=m.checkpoint, growth=m.growth, modes=m.modes,
-                     seconds=lens.seconds, forward_calls=lens.forward_calls, unchecked=tuple(lens.unchecked))
+                     timed=m.timed, compile=m.compile, export=m.export, checkpoint=m.checkpoint, growth=m.growth,
+                     modes=m.modes, seconds=lens.seconds, forward_calls=lens.forward_calls, unchecked=tuple(lens.unchecked))
 
 
 def _storages(model, inputs) -> frozenset[int]:

@@ -78,11 +78,12 @@ def measure(model, call: model_call.Call, target, loss_fn, optimizer, lens: Lens
     growth = lens("across steps", lambda: leaks.across_steps(step, roots))
     work, flop_rows = lens("FLOPs vs FlopCounterMode", lambda: _work(step), ({}, []))
     regime = lens("regime", lambda: _regime(step))
+    timed = lens("backward's time by node", step.timed_backward) if step.training else None
     with _collector_paused():
         report, compile_rows = lens("compile lens vs explain", lambda: _compile(model, call, lens), (None, []))
         export = lens("export", lambda: _export(model, call, lens), ())
     return dataclasses.replace(traced, agreements=tuple(agreements + flop_rows + compile_rows), modes=modes,
-                               growth=growth, work=work, regime=regime, compile=report, export=export,
+                               growth=growth, work=work, regime=regime, timed=timed, compile=report, export=export,
                                checkpoint=_checkpoint_what_ifs(model, traced, work))
 
 

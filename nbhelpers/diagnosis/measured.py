@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from nbhelpers import autograd_graph, compile_report, forward_graph, memory, module_work, profiling
+from nbhelpers import autograd_graph, compile_report, forward_graph, memory, module_work, node_times, profiling
 from nbhelpers.diagnosis.leaks import Growth
 
 __all__: list[str] = []   # Agreement, ExportResult, WhatIf (diagnose re-exports them), ModeEffect, Measured: diagnose's
@@ -100,6 +100,8 @@ class Measured:
     growth: Growth | None = None                 # live bytes after each of three steps, and what holds them
     work: dict[str, module_work.Work] = field(default_factory=dict)
     regime: profiling.Regime | None = None
+    # the backward once more under the profiler: its graph and each node's time (training steps)
+    timed: tuple[autograd_graph.Graph, node_times.BackwardTimes] | None = None
     compile: compile_report.CompileReport | None = None     # over several input shapes
     export: tuple[ExportResult, ...] = ()
     checkpoint: tuple[WhatIf, ...] = ()

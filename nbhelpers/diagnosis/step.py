@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from nbhelpers import arguments, autograd_graph, memory, model_call, user_code
+from nbhelpers import arguments, autograd_graph, memory, model_call, module_scope, node_times, user_code
 from nbhelpers.diagnosis.measured import Measured
 
 if TYPE_CHECKING:
@@ -110,6 +110,19 @@ class Step:
             except Exception as raised:  # noqa: BLE001 - the report keeps what was measured up to here
                 error, where = user_code.error_text(raised), user_code.error_place(raised)
         return Measured(self.describe, tracker, graph, nodes, at, error, where, self._categories(), held)
+
+    def timed_backward(self) -> tuple[autograd_graph.Graph, node_times.BackwardTimes]:
+        """The step's backward once more, under the CPU profiler: its graph and each node's time
+        (node_times.backward). The gradients start from none, as after zero_grad(set_to_none=True); the optimizer
+        does not step. CPU only: on CUDA a node's range does not hold its kernels' time, so this refuses."""
+        if any(t.is_cuda for t in (*self.model.parameters(), *self.call.tensors())):
+            raise ValueError("the CPU profiler times a node by its range, and on CUDA the engine runs the kernels "
+                             "after it: profile the step with ProfilerActivity.CUDA instead (09)")
+        for p in self.model.parameters():
+            p.grad = None
+        with module_scope.record():                     # names the nodes by module, as memory.track does
+            loss = self.loss(self.forward())
+        return node_times.backward(loss, module=self.model)
 
     def no_grad(self):
         with torch.no_grad():

@@ -16,9 +16,9 @@ import json
 import os
 from pathlib import Path
 
-from nbhelpers import arguments, atomic, forward_view, graph_view, memory_timeline
+from nbhelpers import arguments, atomic, forward_view, graph_view, memory_timeline, node_times
 
-__all__ = ["summary", "show", "save_html", "page", "lesson_links", "MAX_PAGE_BYTES"]
+__all__ = ["summary", "show", "show_times", "save_html", "page", "lesson_links", "MAX_PAGE_BYTES"]
 
 MAX_PAGE_BYTES = 1_000_000
 _PACKAGE = Path(__file__).parent.parent       # nbhelpers/: the page's shell and filler live there
@@ -96,6 +96,24 @@ def show(d):
     return graph_view.show(drawn[0], timeline=drawn[1])
 
 
+def _timed_graph(d) -> tuple | None:
+    """(graph data with each node's time, its time-line) of the backward the time lens profiled, or None."""
+    if d.timed is None:
+        return None
+    graph, times = d.timed
+    return graph_view.from_autograd(graph, times=times), node_times.timeline(graph, times)
+
+
+def show_times(d):
+    """The backward's time node by node: each box barred by its share, the nodes' ranges as slices above; a
+    click on a slice selects its node, selecting a node outlines its slice."""
+    drawn = _timed_graph(d)
+    if drawn is None:
+        raise ValueError("Diagnosis.show_times: no backward was timed (an inference step, or the step raised: "
+                         f"{d.error or 'see unchecked'}); diagnose a training step, with a loss, to time its backward")
+    return graph_view.show(drawn[0], timeline=drawn[1])
+
+
 def _widget_states(d) -> list[tuple[str, dict]]:
     """(caption, traits) of each view the page shows; traits only: no widget is made (one made in a kernel
     would be stored with the notebook). Each graph is built once."""
@@ -104,6 +122,10 @@ def _widget_states(d) -> list[tuple[str, dict]]:
     if drawn is not None:
         states.append((f"Memory over the step, above the {'backward' if d.graph is not None else 'forward'} graph",
                        graph_view.traits(drawn[0], timeline=drawn[1])))
+    timed = _timed_graph(d)
+    if timed is not None:
+        states.append(("The backward's time, node by node: its nodes on its clock, above its graph",
+                       graph_view.traits(timed[0], timeline=timed[1])))
     if d.forward is not None and d.forward.ops:
         states.append(("The forward graph beside the backward graph it built", graph_view.twin_traits(d.forward)))
     return states
