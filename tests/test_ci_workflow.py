@@ -184,10 +184,11 @@ def _with_fake_make(tmp_path: Path, command: list[str], **env) -> list[tuple[str
     (tmp_path / "bin" / "make").write_text(FAKE_MAKE)
     (tmp_path / "bin" / "make").chmod(0o755)
     inherited = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "MAKE", "MFLAGS")) and k not in
-                 {"PYTEST_ARGS", "PYTHONS", "CI_STARTED", "DURATIONS", "REQUIRE_BROWSER", "REQUIRE_SITE"}}
-    # make test hands PYTEST_ARGS down; CI's own test step sets REQUIRE_*, which the steps must set themselves
+                 {"PYTEST_ARGS", "PYTHONS", "CI_STARTED", "CI_DIR", "DURATIONS", "REQUIRE_BROWSER", "REQUIRE_SITE"}}
+    # make test hands PYTEST_ARGS down; CI's own test step sets REQUIRE_*, which the steps must set themselves;
+    # a CI running this test has its own CI_DIR, whose background set-up the steps here must not wait for
     env = {**inherited, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}",
-           "MAKE_LOG": str(tmp_path / "make.log"), "CHROMIUM": sys.executable, **env}
+           "MAKE_LOG": str(tmp_path / "make.log"), "CHROMIUM": sys.executable, "CI_DIR": str(tmp_path / "ci"), **env}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     lines = (tmp_path / "make.log").read_text().splitlines()
@@ -196,7 +197,7 @@ def _with_fake_make(tmp_path: Path, command: list[str], **env) -> list[tuple[str
 
 def test_ci_run_runs_the_readme_test_command_then_the_notebooks_on_a_second_python(tmp_path):
     durations = tmp_path / "durations.md"
-    calls = _with_fake_make(tmp_path, [str(CI_RUN)], DURATIONS=str(durations), CI_DIR=str(tmp_path / "ci"))
+    calls = _with_fake_make(tmp_path, [str(CI_RUN)], DURATIONS=str(durations))
     loose = "REQUIRE_BROWSER= REQUIRE_SITE="
     background = (loose, ["matrix", "MATRIX_ARGS=--second --setup-only --timeout-s 3600"])
     assert calls.count(background) == 1         # the second Python's set-up, started first, ends when it ends
@@ -240,7 +241,8 @@ def test_a_ci_run_that_fails_stops_the_background_set_up_and_everything_it_start
     said = tmp_path / "setup.pid"
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", "SETUP_SAID": str(said),
            "CI_DIR": str(tmp_path / "ci"), "CHROMIUM": sys.executable}
-    env.pop("PYTHONS", None)
+    for name in ("PYTHONS", "CI_STARTED", "DURATIONS"):
+        env.pop(name, None)
     started = time.monotonic()
     done = subprocess.run([str(CI_RUN)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and time.monotonic() - started < 30     # it did not wait for the set-up
