@@ -1,8 +1,9 @@
 // The front-end of nbhelpers.memory_timeline, joined into graph_view's ES module (graph_view.esm_source()): a
 // diagnosis's live bytes after every op, stacked by category or by module, above its backward graph; or, for a
 // timeline of kind "time" (node_times.timeline), a backward's nodes (or a forward's ops: `clock`) as slices on its
-// clock. Hover (or the arrow keys) shows the op or slice; a click (or Enter) selects its node in the graph below,
-// and selecting a node in the graph lights its ops or slices here. Names come from user code: they go in with textContent.
+// clock. Hover (or the arrow keys) shows the op or slice (or the gap between slices, where no profiled event
+// ran); a click (or Enter) selects its node in the graph below, and selecting a node in the graph lights its ops
+// or slices here. Names come from user code: they go in with textContent.
 const TL_PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f"];
 const TL_W = 720, TL_H = 150, TL_PAD = 8;
 const TL_CSS = `
@@ -181,9 +182,13 @@ class Timeline {
     this.text.textContent = this.describe(this.at).replace("(click or Enter to select it)", "(selected below)");
   }
 
-  index(event) {
+  along(event) {              // where the pointer is, from 0 (the chart's first point) to 1 (its last)
     const r = this.chart.getBoundingClientRect(), f = (event.clientX - r.left) / Math.max(1, r.width);
-    const x = f * TL_W, n = this.tl.node.length, along = (x - TL_PAD) / (TL_W - 2 * TL_PAD);
+    return (f * TL_W - TL_PAD) / (TL_W - 2 * TL_PAD);
+  }
+
+  index(event) {
+    const along = this.along(event), n = this.tl.node.length;
     if (!this.time) return Math.round(along * Math.max(0, n - 1));
     const t = along * this.end, start = this.tl.start;
     let lo = 0, hi = n - 1;                     // the last slice that starts at or before t (they are in order)
@@ -191,10 +196,27 @@ class Timeline {
     return lo;
   }
 
+  // On a time-line, a moment after slice i ended and before the next began: no profiled event ran there, so
+  // hover names the gap and a click selects nothing.
+  gap(event, i) {
+    if (!this.time) return "";
+    const t = this.along(event) * this.end, end = this.tl.start[i] + this.tl.us[i];
+    if (t <= end || i >= this.tl.node.length - 1 && t > this.end) return "";
+    return `a gap at ${tlMicros(t)}: no profiled event ran here (after ${this.tl.strings[this.tl.name[i]]}, ` +
+      `which ended at ${tlMicros(end)})`;
+  }
+
+  point(event) {               // hover: the slice under the pointer, or the gap it is in
+    const i = this.index(event), gap = this.gap(event, i);
+    this.moveTo(i);
+    if (gap) this.text.textContent = gap;
+    return !gap;
+  }
+
   wire() {
     const c = this.chart, n = this.tl.node.length;
-    c.addEventListener("mousemove", (e) => this.moveTo(this.index(e)));
-    c.addEventListener("click", (e) => { this.moveTo(this.index(e)); this.choose(); });
+    c.addEventListener("mousemove", (e) => this.point(e));
+    c.addEventListener("click", (e) => { if (this.point(e)) this.choose(); });
     c.addEventListener("keydown", (e) => {
       const steps = { ArrowLeft: -1, ArrowRight: 1, PageUp: -Math.ceil(n / 20), PageDown: Math.ceil(n / 20) };
       if (e.key in steps) this.moveTo((this.at < 0 ? 0 : this.at) + steps[e.key] * (e.shiftKey ? 10 : 1));

@@ -466,7 +466,7 @@ def check_forward_time_line(view) -> str:
     """A twin view of a timed forward (graph_view.show_twin(fg, times=..., timeline=...)): the forward pane's boxes
     are barred and the legend says of what; the keyboard walks the slices to the first addmm and Enter selects it in
     the forward pane, and with it the backward node it made; a click on the `t` box beside it moves the outline to
-    that op's slice. Returns the backward node's label."""
+    that op's slice; a gap between slices is named as one. Returns the backward node's label."""
     chart, info = view.locator(".gv-tl-chart"), view.locator(".gv-tl-info")
     left, right = view.locator(".gv-pane").nth(0), view.locator(".gv-pane").nth(1)
     assert left.locator("rect.gv-time").count() >= 1 and right.locator("rect.gv-time").count() == 0
@@ -486,7 +486,31 @@ def check_forward_time_line(view) -> str:
     click_label(left, "t", 0)
     assert selected_label(left) == "t" and chart.get_attribute("data-lit") == "1"
     assert info.inner_text().startswith("node ") and ": t — " in info.inner_text(), info.inner_text()
+    _check_a_gap(view)
     return made
+
+
+# The middle of the first stretch of a time-line that no slice covers (3 of the chart's 720 units or more), as a
+# fraction of the chart's width; null when there is none.
+_FIRST_GAP = """(chart) => { const r = [...chart.querySelectorAll("rect.gv-tl-slice")].map((e) =>
+    [+e.getAttribute("x"), +e.getAttribute("width")]);
+  for (let i = 0; i + 1 < r.length; i++) {
+    const end = r[i][0] + r[i][1];
+    if (r[i + 1][0] - end >= 3) return (end + r[i + 1][0]) / 2 / chart.viewBox.baseVal.width; }
+  return null; }"""
+
+
+def _check_a_gap(view) -> None:
+    """Hovering where no profiled event ran names the gap (not the slice before it), and a click there selects
+    nothing."""
+    chart, info = view.locator(".gv-tl-chart"), view.locator(".gv-tl-info")
+    at, box = chart.evaluate(_FIRST_GAP), chart.bounding_box()
+    assert at is not None, "no gap of 3 units on the time-line"
+    panel = view.locator(".gv-details").inner_text()
+    chart.hover(position={"x": box["width"] * at, "y": box["height"] / 2})
+    assert info.inner_text().startswith("a gap at ") and "no profiled event ran here" in info.inner_text()
+    chart.click(position={"x": box["width"] * at, "y": box["height"] / 2})
+    assert info.inner_text().startswith("a gap at ") and view.locator(".gv-details").inner_text() == panel
 
 
 def _slice_label(said: str) -> str:
