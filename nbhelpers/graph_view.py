@@ -130,9 +130,8 @@ def time_rows(timed, times) -> tuple[tuple[str, str], ...]:
 
 def time_title(times) -> str:
     """The pass's total, and what the profiler saw outside every node (or op)."""
-    unit = "op" if times.clock == "forward" else "node"
     outside = ", ".join(f"{name} {us:,.0f} us" for name, us in times.unowned) or "nothing"
-    return f"{times.clock} {times.total_us:,.0f} us; outside every {unit}: {outside}"
+    return f"{times.clock} {times.total_us:,.0f} us; outside every {times.unit}: {outside}"
 
 
 def details(data: GraphData, node: int) -> tuple[tuple[str, str], ...]:
@@ -257,6 +256,11 @@ def show(data: GraphData, selected: int | None = None, expanded=None, *, timelin
     traits, sides = _show_traits(data, selected, expanded, timeline)
     widget = _widget_class()(**traits)
     widget._sides = sides
+    return _with_picture_above(widget, timeline)
+
+
+def _with_picture_above(widget, timeline: dict | None):
+    """The widget with its timeline's still picture above the graph's, for where widgets don't run."""
     if timeline:
         from nbhelpers import memory_timeline
         widget._above = memory_timeline.render_svg(timeline)
@@ -302,11 +306,7 @@ def show_twin(fg, expanded=None, *, times=None, timeline: dict | None = None):
     profiler events; `timeline` (node_times.timeline(fg, times)) is drawn above: a click on a slice selects its
     op, selecting an op outlines its slice."""
     timeline = _on_forward_view(fg, timeline)
-    widget = _paned_widget(*_twin_panes(fg, expanded, times), timeline)
-    if timeline:
-        from nbhelpers import memory_timeline
-        widget._above = memory_timeline.render_svg(timeline)
-    return widget
+    return _with_picture_above(_paned_widget(*_twin_panes(fg, expanded, times), timeline), timeline)
 
 
 def twin_traits(fg, expanded=None, *, times=None, timeline: dict | None = None) -> dict:

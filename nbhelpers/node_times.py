@@ -52,6 +52,7 @@ class Times:
     outside: tuple[tuple[str, float, float], ...]   # each event (or part of one) outside every node: (name, start_us, us)
     total_us: float                            # every top-level event of the pass, owned or not
     clock = ""                                 # the pass a share is of: "backward", "forward"
+    unit = ""                                  # what its nodes are: "node", "op"
 
     @property
     def unowned(self) -> tuple[tuple[str, float], ...]:
@@ -69,7 +70,7 @@ class Times:
 class BackwardTimes(Times):
     """A backward's: NodeTime.node indexes the Graph's nodes."""
 
-    clock = "backward"
+    clock, unit = "backward", "node"
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class ForwardTimes(Times):
     """A forward's: NodeTime.node is a ForwardOp's id; `outside` holds the composite ops' own time (and any other
     event no recorded op owns), each its self time, so that the ops and it add up to the total."""
 
-    clock = "forward"
+    clock, unit = "forward", "op"
 
 
 def backward(loss: torch.Tensor, module: torch.nn.Module | None = None) -> tuple[autograd_graph.Graph, BackwardTimes]:
