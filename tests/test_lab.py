@@ -264,8 +264,8 @@ def test_graph_view_interactions_in_jupyterlab(page, lab):
 @pytest.mark.browser
 def test_a_diagnosis_timeline_selects_the_node_holding_the_bytes_in_jupyterlab(page, lab):
     open_notebook(page, lab, "13_diagnose_your_model.ipynb")
-    view = _graph_views(page).first                                   # the outer product's, from the stored state
-    view.locator(".gv-tl-chart").wait_for(timeout=60_000)
+    view = browser.first_once_all_drawn(_graph_views(page), REPO / "notebooks" / "13_diagnose_your_model.ipynb")
+    view.locator(".gv-tl-chart").wait_for(timeout=60_000)             # the outer product's, from the stored state
     assert browser.check_timeline(view, "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
 
 
@@ -373,12 +373,12 @@ def test_the_diagnosis_notebook_opened_and_saved_without_running_keeps_its_views
     path = _put_in_lab(lab, "95_diagnosis.ipynb", nbformat.read(committed, as_version=4))
     original, mtime = committed.read_bytes(), path.stat().st_mtime_ns
     open_notebook(page, lab, path.name)
-    _graph_views(page).first.locator(".gv-tl-chart").wait_for(timeout=60_000)
+    browser.first_once_all_drawn(_graph_views(page), committed).locator(".gv-tl-chart").wait_for(timeout=60_000)
     page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
     _wait_for_write(page, path, mtime)
     assert path.read_bytes() == original
     open_notebook(page, lab, path.name)       # reload
-    view = _graph_views(page).first
+    view = browser.first_once_all_drawn(_graph_views(page), committed)
     view.locator(".gv-tl-chart").wait_for(timeout=60_000)
     assert browser.check_timeline(view, "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
     timed = browser.view_with_title(page, "outside every node")      # Diagnosis.show_times(): the backward's time

@@ -192,7 +192,7 @@ def test_graph_views_respond_offline_in_the_static_site(page, served):
 @pytest.mark.browser
 def test_a_diagnosis_timeline_selects_the_node_holding_the_bytes_offline(page, served):
     page.goto(f"{served}/13_diagnose_your_model.html")
-    view = page.locator(".gv").first
+    view = browser.first_once_all_drawn(page.locator(".gv"), REPO / "notebooks" / "13_diagnose_your_model.ipynb")
     view.locator(".gv-tl-chart").wait_for(timeout=60_000)
     assert browser.check_timeline(view, "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
     timed = browser.view_with_title(page, "outside every node")      # Diagnosis.show_times(): the backward's time
