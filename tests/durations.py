@@ -10,6 +10,9 @@ test file, marks the browser tests, and counts two things a faster suite would r
   in the pytest process (`NotebookClient.execute`, as `execute_notebook` and the site tests use it), and Run All
   in JupyterLab (tests/test_lab.py's `open_and_run_all`).
 
+It also says how busy the machine's cores were during the session (Linux's /proc/stat, every process counted):
+a suite that keeps every core busy gets shorter only by doing less work, not by waiting less or overlapping more.
+
 Kernels, JupyterLab and DDP ranks are other processes: their own sleeps are inside the wall time of the test
 that waits for them, not in the waiting column.
 
@@ -128,6 +131,18 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionstart(session):
     session.config._durations_started = time.monotonic()
+    session.config._durations_cpu = cpu_seconds()
+
+
+def cpu_seconds() -> tuple[float, float] | None:
+    """(busy, idle) seconds of all this machine's cores so far, from Linux's /proc/stat (user, nice, system, irq,
+    softirq and steal are busy; idle and iowait are idle); None where there is no /proc/stat."""
+    try:
+        ticks = [int(t) for t in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    hz, idle = os.sysconf("SC_CLK_TCK"), ticks[3] + ticks[4]
+    return (sum(ticks) - idle) / hz, idle / hz
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -138,9 +153,10 @@ def pytest_sessionfinish(session, exitstatus):
     if hasattr(config, "workerinput"):                 # an xdist worker: the controller writes the table
         config.workeroutput["durations"] = _portable(_RUN)
         return
-    wall = time.monotonic() - config._durations_started
+    wall, started, ended = time.monotonic() - config._durations_started, config._durations_cpu, cpu_seconds()
+    busy = None if started is None or ended is None else (ended[0] - started[0], ended[1] - started[1])
     workers = getattr(config.option, "numprocesses", None) or 0
-    write_atomic(Path(path), table(_RUN, wall, os.cpu_count() or 0, workers).encode())
+    write_atomic(Path(path), table(_RUN, wall, os.cpu_count() or 0, workers, busy).encode())
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -191,8 +207,9 @@ def _group(nodeid: str) -> str:
     return nodeid.split("::")[0]
 
 
-def table(run: Run, wall_s: float, cores: int, workers: int = 0) -> str:
-    """The markdown report of `run`: totals, then notebooks, test files, waits and executions, slowest first."""
+def table(run: Run, wall_s: float, cores: int, workers: int = 0, busy: tuple[float, float] | None = None) -> str:
+    """The markdown report of `run`: totals, then notebooks, test files, waits and executions, slowest first.
+    `busy`: the (busy, idle) CPU seconds of the whole machine during the run, when known."""
     by_file, counts, waits = collections.Counter(), collections.Counter(), collections.Counter()
     for nodeid, seconds in run.seconds.items():
         by_file[_group(nodeid)] += seconds
@@ -206,7 +223,7 @@ def table(run: Run, wall_s: float, cores: int, workers: int = 0) -> str:
         f"One `make durations` run on {cores} cores, {f'{workers} pytest-xdist workers' if workers else 'one process'}. "
         f"Wall time of the pytest session: {wall_s:,.0f} s; sum of the tests' own times {sum(run.seconds.values()):,.0f} s; "
         f"{len(run.seconds):,} tests; notebooks under nbval {sum(notebooks.values()):,.0f} s; browser tests "
-        f"{browser:,.0f} s; fixed waits (sleeps, `wait_for_timeout`) {sum(waits.values()):,.0f} s.", "",
+        f"{browser:,.0f} s; fixed waits (sleeps, `wait_for_timeout`) {sum(waits.values()):,.0f} s.{_load(busy)}", "",
         "## By notebook (nbval: one kernel, every cell)", "", "| notebook | s | items |", "|---|---:|---:|"]
     lines += [f"| `{k}` | {v:,.1f} | {counts[k]} |" for k, v in sorted(notebooks.items(), key=lambda kv: -kv[1])]
     lines += ["", "## By test file", "", "| file | s | tests | of them browser |", "|---|---:|---:|---:|"]
@@ -224,3 +241,11 @@ def table(run: Run, wall_s: float, cores: int, workers: int = 0) -> str:
     lines += ["", "## Who executes a notebook, and how often", "", "| notebook | who | runs |", "|---|---|---:|"]
     lines += [f"| `{nb}` | {who} | {n} |" for (nb, who), n in sorted(run.executions.items())]
     return "\n".join(lines) + "\n"
+
+
+def _load(busy: tuple[float, float] | None) -> str:
+    """How busy the machine was: a suite that keeps every core busy is shortened only by doing less work."""
+    if busy is None or sum(busy) <= 0:
+        return ""
+    return (f" The machine's cores were busy {busy[0] / sum(busy):.0%} of the session ({busy[0]:,.0f} CPU-s of "
+            f"{sum(busy):,.0f}, every process counted: kernels, browsers, servers, subprocesses).")

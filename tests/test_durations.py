@@ -4,7 +4,10 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from types import SimpleNamespace
+
+import pytest
 
 from tests import REPO, durations
 
@@ -24,6 +27,26 @@ def test_the_table_groups_by_notebook_and_file_slowest_first_with_waits_and_exec
     assert text.index("`tests/test_y.py` | 4.5 | 2 | 1 |") < text.index("`tests/test_x.py` | 1.5 | 1 |  |")
     assert "| `tests/test_y.py` | 2.5 |" in text and "fixed waits (sleeps, `wait_for_timeout`) 2 s" in text
     assert "| `01_a.ipynb` | Run All in JupyterLab | 3 |" in text and "| `01_a.ipynb` | nbval | 1 |" in text
+
+
+def test_the_table_says_how_busy_the_machine_was_when_it_knows():
+    run = durations.Run(seconds={"tests/test_x.py::test_one": 1.0})
+    assert ("The machine's cores were busy 90% of the session (1,800 CPU-s of 2,000, every process counted"
+            in durations.table(run, wall_s=1000.0, cores=2, workers=2, busy=(1800.0, 200.0)))
+    assert "busy" not in durations.table(run, wall_s=1000.0, cores=2, workers=2, busy=None)
+
+
+def test_busy_seconds_grow_while_this_process_computes():
+    before = durations.cpu_seconds()
+    if before is None:
+        pytest.skip("no /proc/stat: not Linux")
+    started, deadline = time.monotonic(), time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    after, wall = durations.cpu_seconds(), time.monotonic() - started
+    assert after[0] - before[0] >= 0.25 and after[1] >= before[1]
+    counted = sum(after) - sum(before)                   # busy and idle together: every core's whole time
+    assert abs(counted - wall * os.cpu_count()) < 0.3 * wall * os.cpu_count() + 0.05, (counted, wall)
 
 
 def test_the_committed_table_orders_files_slowest_first_and_keeps_each_files_own_order():
@@ -56,6 +79,7 @@ def test_two_workers_hand_their_waits_to_the_table(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     text = table.read_text()
     assert "2 pytest-xdist workers" in text and "2 tests" in text
+    assert ("The machine's cores were busy" in text) == (durations.cpu_seconds() is not None)
     waits = text.split("## Fixed waits")[1].split("##")[0]
     assert "| `test_a.py` | 0.3 |" in waits and "| `test_b.py` | 0.2 |" in waits, text
 
