@@ -11,7 +11,7 @@ test file, marks the browser tests, and counts two things a faster suite would r
   in JupyterLab (tests/test_lab.py's `open_and_run_all`).
 
 It also says how busy the machine's cores were during the session (Linux's /proc/stat, every process counted):
-a suite that keeps every core busy gets shorter only by doing less work, not by waiting less or overlapping more.
+when every core is busy, overlapping more does not make the suite shorter; doing less work does.
 
 Kernels, JupyterLab and DDP ranks are other processes: their own sleeps are inside the wall time of the test
 that waits for them, not in the waiting column.
@@ -135,14 +135,18 @@ def pytest_sessionstart(session):
 
 
 def cpu_seconds() -> tuple[float, float] | None:
-    """(busy, idle) seconds of all this machine's cores so far, from Linux's /proc/stat (user, nice, system, irq,
-    softirq and steal are busy; idle and iowait are idle); None where there is no /proc/stat."""
+    """(busy, idle) seconds of all this machine's cores so far, from Linux's /proc/stat; None without one."""
     try:
-        ticks = [int(t) for t in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+        return busy_and_idle(Path("/proc/stat").read_text().split("\n", 1)[0], os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError):
         return None
-    hz, idle = os.sysconf("SC_CLK_TCK"), ticks[3] + ticks[4]
-    return (sum(ticks) - idle) / hz, idle / hz
+
+
+def busy_and_idle(cpu_line: str, ticks_per_s: int) -> tuple[float, float]:
+    """/proc/stat's "cpu" line (man 5 proc) as (busy, idle) seconds: user, nice, system, irq, softirq and steal are
+    busy; idle and iowait are idle; guest time is already inside user, so it is not added again."""
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(t) for t in cpu_line.split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / ticks_per_s, (idle + iowait) / ticks_per_s
 
 
 def pytest_sessionfinish(session, exitstatus):

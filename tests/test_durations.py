@@ -36,6 +36,12 @@ def test_the_table_says_how_busy_the_machine_was_when_it_knows():
     assert "busy" not in durations.table(run, wall_s=1000.0, cores=2, workers=2, busy=None)
 
 
+def test_busy_and_idle_read_each_field_of_proc_stat_once():
+    #                user nice system idle iowait irq softirq steal guest guest_nice
+    line = "cpu  1000  20   300    5000 400    6   7       8     900   10"
+    assert durations.busy_and_idle(line, ticks_per_s=100) == ((1000 + 20 + 300 + 6 + 7 + 8) / 100, (5000 + 400) / 100)
+
+
 def test_busy_seconds_grow_while_this_process_computes():
     before = durations.cpu_seconds()
     if before is None:
@@ -44,7 +50,7 @@ def test_busy_seconds_grow_while_this_process_computes():
     while time.process_time() < deadline:
         pass
     after, wall = durations.cpu_seconds(), time.monotonic() - started
-    assert after[0] - before[0] >= 0.25 and after[1] >= before[1]
+    assert after[0] - before[0] >= 0.25
     counted = sum(after) - sum(before)                   # busy and idle together: every core's whole time
     assert abs(counted - wall * os.cpu_count()) < 0.3 * wall * os.cpu_count() + 0.05, (counted, wall)
 

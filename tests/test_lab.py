@@ -219,6 +219,7 @@ def test_graph_view_interactions_in_jupyterlab(page, lab):
     open_and_run_all(page, lab, "02_autograd_graph.ipynb")
     page.locator(".jp-OutputArea-output", has_text="characters of SVG").first.wait_for(timeout=240_000)
     at = browser.VIEWS_02
+    _graph_views(page).nth(at["diff"]).locator(".gv-box").first.wait_for(timeout=60_000)   # the last: all drawn
     mlp = _graph_views(page).nth(at["mlp"])
     timings = {}
     # click: the panel shows graph_view.details() for fc1's AddmmBackward0, word for word
