@@ -367,27 +367,22 @@ def check_kernel_links_by_provenance(view, graph: dict) -> None:
     assert "mul" in fused and "scaled_relu_default" not in fused, fused
 
 
-def _stored_views(notebook):
+def stored_panes(notebook) -> int:
+    """How many panes the stored graph views of `notebook` draw (a diff has two)."""
     import json
 
     state = json.loads(notebook.read_text())["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]
-    return [model["state"] for model in state["state"].values() if "graph" in model["state"]]
+    return sum(2 if model["state"].get("other") else 1 for model in state["state"].values() if "graph" in model["state"])
 
 
-def stored_panes(notebook):
-    """One entry per drawn pane of each stored graph view of `notebook` (a diff has two)."""
-    for view in _stored_views(notebook):
-        yield from ([1, 1] if view.get("other") else [1])
-
-
-def first_once_all_drawn(views, notebook):
-    """The first of `views` (a locator of a page's graph views) once every view `notebook` stores is drawn. The
-    views render in no fixed order: before that, `.first` can be a later view that is drawn already, and then
-    becomes another view between two actions (13's memory timeline failed so, about one run in six)."""
+def all_drawn(views, notebook):
+    """`views` (a locator of a page's graph views) once every pane `notebook` stores is drawn. The views render in
+    no fixed order: before that, `views.first` can be a later view that is drawn already, and then becomes another
+    view between two actions (13's memory timeline failed so, about one run in six)."""
     from playwright.sync_api import expect
 
-    expect(views).to_have_count(len(_stored_views(notebook)), timeout=60_000)
-    return views.first
+    expect(views.locator(".gv-pane")).to_have_count(stored_panes(notebook), timeout=120_000)
+    return views
 
 
 # Serious and critical violations inside the graph views (nbconvert's page around them is not ours to fix).

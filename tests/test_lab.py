@@ -265,7 +265,7 @@ def test_graph_view_interactions_in_jupyterlab(page, lab):
 @pytest.mark.browser
 def test_a_diagnosis_timeline_selects_the_node_holding_the_bytes_in_jupyterlab(page, lab):
     open_notebook(page, lab, "13_diagnose_your_model.ipynb")
-    view = browser.first_once_all_drawn(_graph_views(page), REPO / "notebooks" / "13_diagnose_your_model.ipynb")
+    view = browser.all_drawn(_graph_views(page), REPO / "notebooks" / "13_diagnose_your_model.ipynb").first
     view.locator(".gv-tl-chart").wait_for(timeout=60_000)             # the outer product's, from the stored state
     assert browser.check_timeline(view, "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
 
@@ -374,12 +374,12 @@ def test_the_diagnosis_notebook_opened_and_saved_without_running_keeps_its_views
     path = _put_in_lab(lab, "95_diagnosis.ipynb", nbformat.read(committed, as_version=4))
     original, mtime = committed.read_bytes(), path.stat().st_mtime_ns
     open_notebook(page, lab, path.name)
-    browser.first_once_all_drawn(_graph_views(page), committed).locator(".gv-tl-chart").wait_for(timeout=60_000)
+    browser.all_drawn(_graph_views(page), committed)
     page.evaluate("window.jupyterapp.commands.execute('docmanager:save')")
     _wait_for_write(page, path, mtime)
     assert path.read_bytes() == original
     open_notebook(page, lab, path.name)       # reload
-    view = browser.first_once_all_drawn(_graph_views(page), committed)
+    view = browser.all_drawn(_graph_views(page), committed).first
     view.locator(".gv-tl-chart").wait_for(timeout=60_000)
     assert browser.check_timeline(view, "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
     timed = browser.view_with_title(page, "outside every node")      # Diagnosis.show_times(): the backward's time
@@ -567,9 +567,7 @@ def test_views_follow_jupyterlabs_theme_and_axe_finds_nothing_serious_in_either(
                                       "12_error_casebook", "13_diagnose_your_model"])
 def test_every_label_inside_its_box_at_10_px_in_the_stored_views(page, lab, notebook):
     open_notebook(page, lab, f"{notebook}.ipynb")
-    stored = sum(1 for _ in browser.stored_panes(REPO / "notebooks" / f"{notebook}.ipynb"))
-    page.wait_for_function(f"document.querySelectorAll('.jp-OutputArea-output .gv-pane').length === {stored}",
-                           timeout=120_000)
+    browser.all_drawn(_graph_views(page), REPO / "notebooks" / f"{notebook}.ipynb")
     print(f"{notebook}: {browser.check_labels_fit(page)} labels inside their boxes at 10 px or more")
 
 
@@ -578,9 +576,7 @@ def test_every_label_inside_its_box_at_10_px_in_the_stored_views(page, lab, note
                                       "13_diagnose_your_model"])
 def test_no_edge_label_covers_another_or_a_box_and_a_view_cut_at_its_frame_says_so(page, lab, notebook):
     open_notebook(page, lab, f"{notebook}.ipynb")
-    stored = sum(1 for _ in browser.stored_panes(REPO / "notebooks" / f"{notebook}.ipynb"))
-    page.wait_for_function(f"document.querySelectorAll('.jp-OutputArea-output .gv-pane').length === {stored}",
-                           timeout=120_000)
+    browser.all_drawn(_graph_views(page), REPO / "notebooks" / f"{notebook}.ipynb")
     first, cut = browser.check_labels_apart(page), browser.check_wide_views_say_so(page)
     for expand in page.locator(".jp-OutputArea-output .gv .gv-expand").all():
         expand.click()

@@ -192,7 +192,7 @@ def test_graph_views_respond_offline_in_the_static_site(page, served):
 @pytest.mark.browser
 def test_a_diagnosis_timeline_selects_the_node_holding_the_bytes_offline(page, served):
     page.goto(f"{served}/13_diagnose_your_model.html")
-    view = browser.first_once_all_drawn(page.locator(".gv"), REPO / "notebooks" / "13_diagnose_your_model.ipynb")
+    view = browser.all_drawn(page.locator(".gv"), REPO / "notebooks" / "13_diagnose_your_model.ipynb").first
     view.locator(".gv-tl-chart").wait_for(timeout=60_000)
     assert browser.check_timeline(view, "h[:, :, None] * h[:, None, :]") == "AddmmBackward0"
     timed = browser.view_with_title(page, "outside every node")      # Diagnosis.show_times(): the backward's time
@@ -221,9 +221,7 @@ PAGES_WITH_VIEWS = ["02_autograd_graph", "05_compile_backends", "10_save_and_exp
 def _open_views(page, served, name: str) -> None:
     page.set_viewport_size({"width": 1000, "height": 900})        # a notebook-wide output: the stage is ~800 px
     page.goto(f"{served}/{name}.html")
-    page.locator(".gv .gv-box").first.wait_for(timeout=60_000)
-    page.wait_for_function("document.querySelectorAll('.gv-pane').length == "
-                           f"{sum(1 for _ in browser.stored_panes(REPO / 'notebooks' / (name + '.ipynb')))}")
+    browser.all_drawn(page.locator(".gv"), REPO / "notebooks" / f"{name}.ipynb")
 
 
 @pytest.mark.browser
@@ -273,7 +271,7 @@ def test_axe_finds_nothing_serious_on_any_whole_page_and_the_page_follows_the_sc
         if "widget-state+json" in path.read_text():
             page.locator(".gv, .jupyter-widgets").first.wait_for(timeout=60_000)
             if (notebook := REPO / "notebooks" / f"{path.stem}.ipynb").is_file():    # every view, not the first few
-                browser.first_once_all_drawn(page.locator(".gv"), notebook)
+                browser.all_drawn(page.locator(".gv"), notebook)
         page.add_script_tag(path=str(axe))
         found[path.stem] = page.evaluate(browser.AXE_PAGE_SERIOUS)
         backgrounds[path.stem] = page.evaluate(BODY_LUMINANCE)
